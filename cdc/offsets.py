@@ -1,0 +1,108 @@
+"""Binlog positions: comparable offsets, the watermarks of the snapshot algorithm.
+
+Two kinds of position, both comparable:
+
+* :class:`BinlogOffset` is a point *between* transactions, as ``SHOW MASTER STATUS`` reports it
+  (file, pos, and the GTID set executed up to there). Watermarks (LW, HW) and the bounds of a
+  stream slice are BinlogOffsets. A reader can start at one.
+* :class:`ChangePosition` identifies one row change: the rows event's start position in a file
+  plus the row's index inside the event. Debezium calls these ``file``, ``pos`` and ``row``.
+
+A change at position ``c`` lies in the half-open slice ``(lo, hi]`` of BinlogOffsets when
+``lo <= c < hi`` in (file, pos) order: it was written after ``lo`` was reported and before ``hi``
+was. Both conventions are the same thing said twice: an offset is the end of what it covers.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+_FILE_INDEX = re.compile(r"^(?P<base>.*)\.(?P<index>\d+)$")
+
+
+def _file_key(file: str) -> tuple[str, int]:
+    m = _FILE_INDEX.match(file)
+    if not m:
+        raise ValueError(f"binlog file name {file!r} does not end in .<number>")
+    return m.group("base"), int(m.group("index"))
+
+
+def _compare(a_file: str, a_pos: int, b_file: str, b_pos: int) -> int:
+    a_base, a_index = _file_key(a_file)
+    b_base, b_index = _file_key(b_file)
+    if a_base != b_base:
+        raise ValueError(f"cannot order positions in differently named binlogs: {a_file!r} vs {b_file!r}")
+    a, b = (a_index, a_pos), (b_index, b_pos)
+    return (a > b) - (a < b)
+
+
+@dataclass(frozen=True)
+class BinlogOffset:
+    """A position between transactions in the binlog (what ``SHOW MASTER STATUS`` reports).
+
+    Attributes:
+        file: binlog file name, e.g. ``mysql-bin.000003``.
+        pos: byte position inside ``file`` where the next event will start.
+        gtid: the GTID set executed up to here (MySQL ``Executed_Gtid_Set``, MariaDB
+            ``gtid_binlog_pos``), or None when unknown. Informational: ordering uses file/pos.
+    """
+
+    file: str
+    pos: int
+    gtid: str | None = None
+
+    def __post_init__(self) -> None:
+        _file_key(self.file)
+        if self.pos < 0:
+            raise ValueError(f"binlog position must be >= 0, got {self.pos}")
+
+    def compare(self, other: BinlogOffset) -> int:
+        """-1, 0 or 1 as self is before, at, or after ``other``."""
+        return _compare(self.file, self.pos, other.file, other.pos)
+
+    def is_before(self, other: BinlogOffset) -> bool:
+        return self.compare(other) < 0
+
+    def is_at_or_after(self, other: BinlogOffset) -> bool:
+        return self.compare(other) >= 0
+
+    def covers(self, change: ChangePosition) -> bool:
+        """True when ``change`` was written before this offset (it lies at or below it)."""
+        return _compare(change.file, change.pos, self.file, self.pos) < 0
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"file": self.file, "pos": self.pos}
+        if self.gtid:
+            d["gtid"] = self.gtid
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> BinlogOffset:
+        try:
+            return cls(file=str(d["file"]), pos=int(d["pos"]), gtid=d.get("gtid") or None)
+        except KeyError as exc:
+            raise ValueError(f"binlog offset {d!r} lacks field {exc.args[0]!r}") from None
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.pos}" + (f" (gtid {self.gtid})" if self.gtid else "")
+
+
+def max_offset(a: BinlogOffset, b: BinlogOffset) -> BinlogOffset:
+    return a if a.is_at_or_after(b) else b
+
+
+class ChangePosition(NamedTuple):
+    """Where one row change sits: rows event start ``pos`` in ``file``, and ``row`` inside it."""
+
+    file: str
+    pos: int
+    row: int
+
+    def in_slice(self, lo: BinlogOffset, hi: BinlogOffset) -> bool:
+        """True when the change lies in ``(lo, hi]``: written after ``lo`` and before ``hi``."""
+        return not lo.covers(self) and hi.covers(self)
+
+    def sort_key(self) -> tuple[int, int, int]:
+        return (_file_key(self.file)[1], self.pos, self.row)

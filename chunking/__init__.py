@@ -1,0 +1,1 @@
+"""Snapshot chunking: the chunk splitter and the lock-free (watermark) chunk reader."""

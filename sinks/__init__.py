@@ -1,0 +1,1 @@
+"""Sinks, one module per sink. Sinks import no database driver."""
