@@ -1,0 +1,34 @@
+# The two commands a newcomer needs: `make demo` and `make test`. Both install what is missing.
+VENV    ?= .venv
+PY      := $(VENV)/bin/python
+STAMP   := $(VENV)/.installed
+# Spark workers must run the interpreter that has the project installed.
+export PYSPARK_PYTHON := $(abspath $(PY))
+export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
+
+.PHONY: setup demo test lint typecheck unit bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml scripts/setup.sh
+	scripts/setup.sh
+	touch $@
+
+demo: setup
+	$(PY) -m cdc demo
+
+test: setup lint typecheck
+	$(PY) -m pytest -q
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+typecheck: setup
+	$(VENV)/bin/mypy
+
+bench: setup
+	scripts/setup.sh --bench
+	$(PY) benchmarks/tpcds_customer.py --scale 100
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .demo .bench *.egg-info

@@ -1,0 +1,10 @@
+"""spark-submit entry point: ``spark-submit cdc_job.py --config job.yaml``.
+
+The package (cdc, chunking, binlog, sinks) must be importable on the driver and the executors:
+install the wheel on every node, or ship it with ``--py-files``.
+"""
+
+from cdc.cli import main
+
+if __name__ == "__main__":
+    raise SystemExit(main())

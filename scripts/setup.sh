@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Install what spark-cdc needs on a Debian/Ubuntu machine, skipping what is already there:
+#   Debian packages: mariadb-server, mariadb-client (the test/demo server), a Java 17 runtime
+#                    (Spark), libmariadb-java (only with --bench: the Spark JDBC baseline);
+#   Python:          a virtualenv in $VENV (default .venv) with the project and its extras.
+# Usage: scripts/setup.sh [--bench]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV=${VENV:-.venv}
+PYTHON=${PYTHON:-python3}
+EXTRAS=${EXTRAS:-dev}
+want_bench=0
+[[ "${1:-}" == "--bench" ]] && { want_bench=1; EXTRAS="$EXTRAS,bench"; }
+
+have() { command -v "$1" >/dev/null 2>&1 || [[ -x "/usr/sbin/$1" ]]; }
+
+packages=()
+have mariadbd || packages+=(mariadb-server)
+have mariadb || packages+=(mariadb-client)
+have java || packages+=(openjdk-17-jre-headless)
+if (( want_bench )) && [[ ! -e /usr/share/java/mariadb-java-client.jar ]]; then
+  packages+=(libmariadb-java)
+fi
+
+if (( ${#packages[@]} )); then
+  echo "setup: installing Debian packages: ${packages[*]}"
+  sudo=""
+  if [[ $(id -u) -ne 0 ]]; then
+    command -v sudo >/dev/null || { echo "setup: need root or sudo to apt-get install ${packages[*]}" >&2; exit 1; }
+    sudo="sudo"
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
+  # The Debian package may start a system mariadb service; we never use it (tests start their own).
+fi
+
+if [[ ! -x "$VENV/bin/python" ]]; then
+  echo "setup: creating virtualenv $VENV"
+  "$PYTHON" -m venv "$VENV"
+fi
+"$VENV/bin/python" -m pip install -q --upgrade pip
+echo "setup: installing spark-cdc[$EXTRAS] into $VENV"
+"$VENV/bin/python" -m pip install -q -e ".[$EXTRAS]"
+echo "setup: done ($("$VENV/bin/python" -c 'import pyspark; print("pyspark", pyspark.__version__)'), $(java -version 2>&1 | head -1))"
