@@ -1,0 +1,108 @@
+"""Config validation: good files load, bad ones name the key path, secrets stay secret."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdc.config import load_config, parse_config, parse_duration_s, server_id_range
+from cdc.exceptions import ConfigError
+
+GOOD: dict[str, Any] = {
+    "source": {"username": "cdc", "password": "${TEST_CDC_PW}", "tables": ["shop\\..*"]},
+    "sink": {"type": "delta", "path": "./lake"},
+    "checkpoint": "./checkpoints/shop",
+}
+
+
+def with_source(**changes: Any) -> dict[str, Any]:
+    return {**GOOD, "source": {**GOOD["source"], **changes}}
+
+
+@pytest.fixture(autouse=True)
+def _password_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TEST_CDC_PW", "s3cret-value")
+
+
+def test_good_config_gets_defaults_and_expands_env() -> None:
+    config = parse_config(GOOD)
+    assert config.source.resolved_password() == "s3cret-value"
+    assert config.source.chunk_size == 8096 and config.source.startup_mode == "initial"
+    assert config.parallelism == 2 and parse_duration_s(config.trigger_interval) == 1.0
+    assert "s3cret-value" not in repr(config) and "s3cret-value" not in str(config)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (with_source(chunk_size=0), r"source\.chunk_size: .*greater than 0 \(got 0\)"),
+        (with_source(chunk_sise=5), r"source\.chunk_sise: unknown key"),
+        (with_source(server_id="9-3"), r"source\.server_id: .*first <= last"),
+        (with_source(tables=[]), r"source\.tables: "),
+        (with_source(tables=["shop.("]), r"source\.tables: .*not a valid regular expression"),
+        (with_source(startup_mode="now"), r"source\.startup_mode: "),
+        (with_source(startup_mode="specific-offset"), r"source: .*startup_offset"),
+        (with_source(startup_mode="timestamp"), r"source: .*startup_timestamp_ms"),
+        (with_source(port=70000), r"source\.port: "),
+        ({**GOOD, "trigger_interval": "soon"}, r"trigger_interval: .*duration"),
+        ({**GOOD, "parallelism": 0}, r"parallelism: "),
+        ({k: v for k, v in GOOD.items() if k != "sink"}, r"sink: Field required"),
+        ({**GOOD, "sink": {"type": "kafka", "path": "x"}}, r"sink\.type: "),
+    ],
+)
+def test_bad_config_names_the_key_path(raw: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_config(raw)
+
+
+def test_missing_env_var_names_the_key_and_variable() -> None:
+    with pytest.raises(ConfigError, match=r"source\.password: environment variable NOT_SET_ANYWHERE"):
+        parse_config(with_source(password="${NOT_SET_ANYWHERE}"))
+
+
+def test_plain_text_password_warns_without_the_value(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="cdc.config"):
+        parse_config(with_source(password="hunter2"))
+    assert "plain text" in caplog.text and "hunter2" not in caplog.text
+
+
+def test_invalid_password_value_is_not_echoed() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(with_source(password=["hunter2"]))
+    assert "hunter2" not in str(info.value)
+
+
+def test_password_file(tmp_path: Path) -> None:
+    secret = tmp_path / "pw"
+    secret.write_text("from-file\n")
+    source = {k: v for k, v in GOOD["source"].items() if k != "password"}
+    config = parse_config({**GOOD, "source": {**source, "password_file": str(secret)}})
+    assert config.source.resolved_password() == "from-file"
+    with pytest.raises(ConfigError, match="password or password_file, not both"):
+        parse_config(with_source(password_file=str(secret)))
+
+
+def test_load_config_reports_file_problems(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read config"):
+        load_config(tmp_path / "missing.yaml")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("source: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(broken)
+
+
+def test_example_configs_validate(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MYSQL_PASSWORD", "from-env")
+    for path in sorted(Path(__file__).parent.parent.joinpath("configs").glob("*.yaml")):
+        load_config(path)
+
+
+def test_server_id_ranges_and_durations() -> None:
+    assert list(server_id_range("5400-5402")) == [5400, 5401, 5402]
+    assert list(server_id_range("7")) == [7]
+    with pytest.raises(ValueError):
+        server_id_range("0")
+    assert parse_duration_s("500ms") == 0.5 and parse_duration_s("2m") == 120
