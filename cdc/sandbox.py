@@ -138,7 +138,18 @@ class MariaDbSandbox:
             )
         return server, install
 
-    def start(self, timeout: float = 60.0) -> Sandbox:
+    def start(self, timeout: float = 60.0, attempts: int = 3) -> Sandbox:
+        """Start the server; retried on a new port if another process took the free port first."""
+        for attempt in range(1, attempts + 1):
+            try:
+                return self._start_once(timeout)
+            except SandboxError as exc:
+                if attempt == attempts:
+                    raise
+                log.warning("mariadbd start attempt %d failed, retrying: %s", attempt, str(exc)[-300:])
+        raise AssertionError("unreachable")
+
+    def _start_once(self, timeout: float) -> Sandbox:
         server, install = self.binaries()
         root = Path(tempfile.mkdtemp(prefix="spark-cdc-mariadb-", dir=self.base_dir))
         datadir, sock, err = root / "data", root / "mysqld.sock", root / "mysqld.err"

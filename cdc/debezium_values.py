@@ -1,0 +1,287 @@
+"""Single-value conversions of the Debezium JSON format (Python value <-> JSON value).
+
+Pure functions, chosen once per column by ``cdc/debezium_schema.py`` and run once per value.
+Decoders check the JSON type and raise :class:`BadValue` without a path; the row decoder adds
+the field path (``payload.after.price``) to the message.
+
+Python values are those of ``cdc/events.py``. BIT and spatial values are ``bytes`` in MySQL's
+layout: BIT big-endian as ``SELECT`` returns it, spatial as a 4-byte little-endian SRID followed by
+the WKB.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+import re
+import struct
+from collections.abc import Callable
+from decimal import Context, Decimal, InvalidOperation
+from typing import Any
+
+Converter = Callable[[Any], Any]
+
+
+class BadValue(Exception):
+    """A JSON value does not fit its field's schema (callers add the field path)."""
+
+    def __init__(self, expected: str, value: Any) -> None:
+        super().__init__(expected)
+        self.expected = expected
+        self.value = value
+
+
+def same(v: Any) -> Any:
+    """The identity: the value travels as it is."""
+    return v
+
+
+def checked(kind: type, expected: str) -> Converter:
+    """A decoder that accepts only ``kind`` (never a bool where ``kind`` is int)."""
+
+    def decode(v: Any) -> Any:
+        if not isinstance(v, kind) or (isinstance(v, bool) and kind is not bool):
+            raise BadValue(expected, v)
+        return v
+
+    return decode
+
+
+dec_int = checked(int, "integer")
+dec_str = checked(str, "string")
+dec_bool = checked(bool, "boolean")
+
+
+def dec_float(v: Any) -> float:
+    """A JSON number as a float."""
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise BadValue("number", v)
+    return float(v)
+
+
+def dec_bool_or_bit(v: Any) -> bool:
+    """A boolean; 0/1 too, since Debezium's default for TINYINT(1) is INT8."""
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, int) and v in (0, 1):
+        return bool(v)
+    raise BadValue("boolean", v)
+
+
+# --- binary ----------------------------------------------------------------------------------
+
+
+def b64(v: bytes) -> str:
+    """Standard base64 text (what Kafka's JsonConverter writes for Connect ``bytes``)."""
+    return base64.b64encode(v).decode("ascii")
+
+
+def _parse_text(v: Any, parse: Callable[[str], bytes], expected: str) -> bytes:
+    if not isinstance(v, str):
+        raise BadValue(expected, v)
+    try:
+        return parse(v)
+    except (binascii.Error, ValueError):
+        raise BadValue(expected, v) from None
+
+
+def dec_b64(v: Any) -> bytes:
+    """Bytes from standard base64 text."""
+    return _parse_text(v, lambda s: base64.b64decode(s, validate=True), "base64 string")
+
+
+# binary.handling.mode -> (Connect type, encoder, decoder)
+BINARY_MODES: dict[str, tuple[str, Converter, Converter]] = {
+    "bytes": ("bytes", b64, dec_b64),
+    "base64": ("string", b64, dec_b64),
+    "base64-url-safe": (
+        "string",
+        lambda v: base64.urlsafe_b64encode(v).decode("ascii"),
+        lambda v: _parse_text(v, base64.urlsafe_b64decode, "base64-url-safe string"),
+    ),
+    "hex": ("string", bytes.hex, lambda v: _parse_text(v, bytes.fromhex, "hex string")),
+}
+
+
+# --- decimals: Connect Decimal = base64 of the unscaled big-endian two's-complement integer ---
+
+
+# Wide enough for any MySQL DECIMAL (65 digits): the default context (28 digits) would round.
+_EXACT = Context(prec=200)
+
+
+def unscaled_bytes(value: Any, scale: int) -> bytes:
+    """The minimal two's-complement bytes of ``value * 10**scale`` (Java BigInteger layout).
+
+    Raises:
+        ValueError: the value has more fractional digits than ``scale``, or is not finite.
+    """
+    scaled = Decimal(value).scaleb(scale, _EXACT)
+    if not scaled.is_finite() or scaled != scaled.to_integral_value(context=_EXACT):
+        raise ValueError(f"{value!r} does not fit scale {scale}")
+    n = int(scaled)
+    bits = n.bit_length() if n >= 0 else (~n).bit_length()
+    return n.to_bytes(bits // 8 + 1, "big", signed=True)
+
+
+def decimal_from_b64(v: Any, scale: int) -> Decimal:
+    """A Decimal from a Connect Decimal's base64 unscaled integer."""
+    raw = dec_b64(v)
+    if not raw:
+        raise BadValue("base64 of a non-empty unscaled integer", v)
+    return Decimal(int.from_bytes(raw, "big", signed=True)).scaleb(-scale, _EXACT)
+
+
+def decimal_from_text(v: Any) -> Decimal:
+    """A Decimal from ``decimal.handling.mode`` string or double values."""
+    if isinstance(v, bool) or not isinstance(v, str | int | float):
+        raise BadValue("decimal number", v)
+    try:
+        d = Decimal(repr(v) if isinstance(v, float) else v)
+    except InvalidOperation:
+        raise BadValue("decimal number", v) from None
+    if not d.is_finite():
+        raise BadValue("finite decimal number", v)
+    return d
+
+
+def plain(d: Decimal) -> str:
+    """A decimal's text without exponent (Java's BigDecimal.toPlainString)."""
+    return format(d, "f")
+
+
+# --- temporal --------------------------------------------------------------------------------
+
+EPOCH = dt.datetime(1970, 1, 1)
+EPOCH_ORDINAL = EPOCH.toordinal()
+US = dt.timedelta(microseconds=1)
+MS = dt.timedelta(milliseconds=1)
+
+
+def _from_int(build: Callable[[int], Any], expected: str) -> Converter:
+    def decode(v: Any) -> Any:
+        n = dec_int(v)
+        try:
+            return build(n)
+        except (OverflowError, ValueError):
+            raise BadValue(expected, v) from None
+
+    return decode
+
+
+def enc_date(v: dt.date) -> int:
+    """Days since the epoch."""
+    return v.toordinal() - EPOCH_ORDINAL
+
+
+def enc_millis(v: dt.datetime) -> int:
+    """Naive datetime -> milliseconds since the epoch (floor)."""
+    return (v - EPOCH) // MS
+
+
+def enc_micros(v: dt.datetime) -> int:
+    """Naive datetime -> microseconds since the epoch."""
+    return (v - EPOCH) // US
+
+
+def enc_time_millis(v: dt.timedelta) -> int:
+    """TIME -> milliseconds since midnight (Kafka Connect Time: only 00:00:00-23:59:59.999).
+
+    Raises:
+        ValueError: the value is negative or a day or more.
+    """
+    if not dt.timedelta(0) <= v < dt.timedelta(days=1):
+        raise ValueError("time.precision.mode=connect holds only 00:00:00-23:59:59.999; use "
+                         "adaptive_time_microseconds")
+    return v // MS
+
+
+dec_date = _from_int(lambda n: dt.date.fromordinal(n + EPOCH_ORDINAL), "epoch day in range")
+dec_millis = _from_int(lambda n: EPOCH + n * MS, "epoch milliseconds in range")
+dec_micros = _from_int(lambda n: EPOCH + n * US, "epoch microseconds in range")
+dec_time_micros = _from_int(lambda n: n * US, "microseconds")
+dec_time_millis = _from_int(lambda n: n * MS, "milliseconds")
+
+
+def zoned_timestamp(value: dt.datetime, fsp: int) -> str:
+    """ISO-8601 in UTC as Debezium's ZonedTimestamp writes it.
+
+    With ``fsp`` > 0 the fraction has exactly ``fsp`` digits; with 0 it has only the digits
+    needed (none for whole seconds), as Java's ISO_OFFSET_DATE_TIME does.
+    """
+    v = value.astimezone(dt.timezone.utc)
+    text = v.strftime("%Y-%m-%dT%H:%M:%S")
+    digits = f"{v.microsecond:06d}000"
+    if fsp > 0:
+        text += "." + digits[:fsp]
+    elif v.microsecond:
+        text += "." + digits.rstrip("0")
+    return text + "Z"
+
+
+_ZONED = re.compile(
+    r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d)(?::(\d\d)(?:\.(\d{1,9}))?)?(Z|[+-]\d\d:\d\d)$"
+)
+
+
+def parse_zoned_timestamp(v: Any) -> dt.datetime:
+    """A UTC-aware datetime from ISO-8601 text with an offset (microsecond resolution)."""
+    m = _ZONED.match(v) if isinstance(v, str) else None
+    if m is None:
+        raise BadValue("ISO-8601 timestamp with offset", v)
+    year, month, day, hour, minute, second, frac, zone = m.groups()
+    tz = dt.timezone.utc
+    if zone != "Z":
+        offset = dt.timedelta(hours=int(zone[1:3]), minutes=int(zone[4:6]))
+        tz = dt.timezone(-offset if zone[0] == "-" else offset)
+    try:
+        local = dt.datetime(int(year), int(month), int(day), int(hour), int(minute),
+                            int(second or 0), int((frac or "0").ljust(6, "0")[:6]), tzinfo=tz)
+        return local.astimezone(dt.timezone.utc)
+    except (OverflowError, ValueError):
+        raise BadValue("ISO-8601 timestamp with offset", v) from None
+
+
+# --- BIT(n > 1): little-endian bytes on the wire, big-endian in Python --------------------------
+
+
+def bits_codec(n: int) -> tuple[Converter, Converter]:
+    """Encoder and decoder of a BIT(n) value (n > 1) as ``io.debezium.data.Bits``."""
+    size = (n + 7) // 8
+
+    def encode(v: bytes) -> str:
+        return b64(bytes(v)[::-1].ljust(size, b"\x00"))
+
+    def decode(v: Any) -> bytes:
+        raw = dec_b64(v)
+        if len(raw) > size:
+            raise BadValue(f"at most {size} bytes for BIT({n})", v)
+        return raw[::-1].rjust(size, b"\x00")
+
+    return encode, decode
+
+
+# --- spatial: io.debezium.data.geometry.Point / Geometry structs ------------------------------
+
+
+def enc_point(v: bytes) -> dict[str, Any]:
+    """MySQL POINT bytes -> Debezium Point struct (x, y, wkb, srid)."""
+    srid, wkb = int.from_bytes(v[:4], "little"), v[4:]
+    x, y = struct.unpack(("<" if wkb[:1] == b"\x01" else ">") + "dd", wkb[5:21])
+    return {"x": x, "y": y, "wkb": b64(wkb), "srid": srid}
+
+
+def enc_geometry(v: bytes) -> dict[str, Any]:
+    """MySQL geometry bytes -> Debezium Geometry struct (wkb, srid, extensions)."""
+    return {"wkb": b64(v[4:]), "srid": int.from_bytes(v[:4], "little"), "extensions": None}
+
+
+def dec_spatial(v: Any) -> bytes:
+    """A Point or Geometry struct -> MySQL geometry bytes (SRID + WKB)."""
+    if not isinstance(v, dict) or not isinstance(v.get("wkb"), str):
+        raise BadValue("geometry struct with wkb", v)
+    srid = v.get("srid") or 0
+    if not isinstance(srid, int) or isinstance(srid, bool) or not 0 <= srid < 1 << 32:
+        raise BadValue("geometry struct with an unsigned 32-bit srid", v)
+    return srid.to_bytes(4, "little") + dec_b64(v["wkb"])
