@@ -16,7 +16,7 @@ was. Both conventions are the same thing said twice: an offset is the end of wha
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 _FILE_INDEX = re.compile(r"^(?P<base>.*)\.(?P<index>\d+)$")
@@ -46,12 +46,13 @@ class BinlogOffset:
         file: binlog file name, e.g. ``mysql-bin.000003``.
         pos: byte position inside ``file`` where the next event will start.
         gtid: the GTID set executed up to here (MySQL ``Executed_Gtid_Set``, MariaDB
-            ``gtid_binlog_pos``), or None when unknown. Informational: ordering uses file/pos.
+            ``gtid_binlog_pos``), or None when unknown. Informational: ordering and equality use
+            file/pos only.
     """
 
     file: str
     pos: int
-    gtid: str | None = None
+    gtid: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         _file_key(self.file)
