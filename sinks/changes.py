@@ -1,0 +1,193 @@
+"""Change batches as Arrow: their schema, their checks, and the reductions sinks apply.
+
+A change batch is one table's change rows of one micro-batch, in stream order::
+
+    op      string   c (insert), u (update), d (delete), r (snapshot read)
+    before  struct   the row before the change (u, d); null for c, r
+    after   struct   the row after the change (c, u, r); null for d
+    source  struct   Debezium's MySQL source block (file, pos, row, gtid, ...)
+    ts_ms   int64    when the connector processed the event (Debezium envelope ts_ms), epoch ms
+
+``before``/``after`` have the table's columns with the types of
+:meth:`cdc.schema.TableSchema.arrow_schema`.
+
+Storage types: table formats without a duration type (Delta has neither TIME nor INTERVAL) keep
+MySQL ``TIME`` values, Arrow ``duration[us]``, as **int64 microseconds** (signed: TIME ranges over
+-838:59:59 .. 838:59:59). :func:`storage_schema` does that mapping and tags each such field with
+the metadata key ``spark_cdc.arrow_type = duration[us]`` so a reader can turn it back.
+
+Everything here is vectorized with ``pyarrow.compute``: no Python loop over rows.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from cdc.envelope import envelope_schema
+from cdc.schema import TableSchema
+from sinks.base import InvalidChangeBatch
+
+CHANGE_COLUMNS = ("op", "before", "after", "source", "ts_ms")
+
+# Helper columns of the mirror's merge source; a source column may not use these names.
+DELETE_FLAG = "__spark_cdc_delete"
+_SEQ = "__spark_cdc_seq"
+
+DURATION_METADATA = {
+    b"spark_cdc.arrow_type": b"duration[us]",
+    b"comment": b"MySQL TIME as signed int64 microseconds",
+}
+
+
+def change_schema(schema: TableSchema) -> pa.Schema:
+    """The Arrow schema of a change batch for ``schema``'s table (the stream's envelope)."""
+    return envelope_schema(schema)
+
+
+def storage_field(field: pa.Field) -> pa.Field:
+    """``field`` with types a table format can store: durations become tagged int64."""
+    t = field.type
+    if pa.types.is_duration(t):
+        return pa.field(field.name, pa.int64(), nullable=True, metadata=DURATION_METADATA)
+    if pa.types.is_struct(t):
+        children = [storage_field(t.field(i)) for i in range(t.num_fields)]
+        return pa.field(field.name, pa.struct(children), nullable=True, metadata=field.metadata)
+    return pa.field(field.name, t, nullable=True, metadata=field.metadata)
+
+
+def storage_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with every field made storable (see :func:`storage_field`), all nullable."""
+    return pa.schema([storage_field(f) for f in schema])
+
+
+def mirror_schema(schema: TableSchema) -> pa.Schema:
+    """The storage schema of a table's mirror: its columns, flat."""
+    return storage_schema(schema.arrow_schema())
+
+
+def changelog_schema(schema: TableSchema) -> pa.Schema:
+    """The storage schema of a table's changelog: the change batch's columns."""
+    return storage_schema(change_schema(schema))
+
+
+def normalize(changes: pa.Table, schema: TableSchema) -> pa.Table:
+    """Check a change batch and cast it to :func:`change_schema` (column order included).
+
+    Raises:
+        InvalidChangeBatch: a column is missing or has an incompatible type, an op is not one of
+            c/u/d/r, or an event lacks the image its op needs.
+    """
+    table = str(schema.table_id)
+    for name in (DELETE_FLAG, _SEQ):
+        if name in schema.column_names:
+            raise InvalidChangeBatch(f"{table} has a column named {name!r}, reserved by the sink",
+                                     table=table)
+    missing = [c for c in CHANGE_COLUMNS if c not in changes.column_names]
+    if missing:
+        raise InvalidChangeBatch(f"change batch for {table} lacks columns {missing}", table=table)
+    expected = change_schema(schema)
+    for name in ("before", "after", "source"):
+        _check_struct_names(changes.schema.field(name), expected.field(name), table)
+    try:
+        batch = changes.select(list(CHANGE_COLUMNS)).cast(expected)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as exc:
+        raise InvalidChangeBatch(
+            f"change batch for {table} does not match the table's schema: {exc}", table=table
+        ) from None
+    _check_ops(batch, table)
+    return batch
+
+
+def _check_struct_names(actual: pa.Field, expected: pa.Field, table: str) -> None:
+    """Arrow casts structs by field name and fills missing fields with nulls: refuse that."""
+    if not pa.types.is_struct(actual.type):
+        raise InvalidChangeBatch(f"change batch column {actual.name!r} for {table} must be a "
+                                 f"struct, not {actual.type}", table=table)
+    have = {f.name for f in actual.type}
+    want = {f.name for f in expected.type}
+    if have != want:
+        raise InvalidChangeBatch(
+            f"change batch column {actual.name!r} does not match {table}'s schema: "
+            f"missing {sorted(want - have)}, unexpected {sorted(have - want)}", table=table,
+        )
+
+
+def _check_ops(batch: pa.Table, table: str) -> None:
+    op = batch["op"]
+    if len(op) and not pc.all(pc.is_in(op, value_set=pa.array(["c", "u", "d", "r"]))).as_py():
+        raise InvalidChangeBatch(f"change batch for {table} has an op outside c/u/d/r",
+                                 table=table)
+    needs_before = pc.is_in(op, value_set=pa.array(["u", "d"]))
+    needs_after = pc.is_in(op, value_set=pa.array(["c", "u", "r"]))
+    for image, needed in (("before", needs_before), ("after", needs_after)):
+        if pc.any(pc.and_(needed, pc.is_null(batch[image]))).as_py():
+            raise InvalidChangeBatch(
+                f"change batch for {table} has events without the {image!r} image their op needs",
+                table=table,
+            )
+
+
+def ops_are(batch: pa.Table, ops: set[str]) -> bool:
+    """True when every row's op is in ``ops`` (and the batch is not empty)."""
+    if batch.num_rows == 0:
+        return False
+    return bool(pc.all(pc.is_in(batch["op"], value_set=pa.array(sorted(ops)))).as_py())
+
+
+def image_rows(batch: pa.Table, image: str, row_schema: pa.Schema) -> pa.Table:
+    """The ``before`` or ``after`` struct of each row as a flat table cast to ``row_schema``."""
+    column = batch[image]
+    flat = pa.Table.from_arrays(column.flatten(), names=[f.name for f in column.type])
+    return flat.cast(row_schema)
+
+
+def snapshot_rows(batch: pa.Table, row_schema: pa.Schema) -> pa.Table:
+    """The after images of an all-``r`` batch, flat (what a snapshot appends to the mirror).
+
+    Raises:
+        InvalidChangeBatch: a row's op is not ``r``.
+    """
+    if batch.num_rows and not ops_are(batch, {"r"}):
+        raise InvalidChangeBatch("snapshot rows must all have op 'r'")
+    return image_rows(batch, "after", row_schema)
+
+
+def mirror_changes(batch: pa.Table, key: tuple[str, ...], row_schema: pa.Schema) -> pa.Table:
+    """Reduce a batch to one row per touched key: the key's final state after the batch.
+
+    Every event becomes one or two *effects* in stream order: ``u`` and ``d`` remove the
+    before image's key, ``c``, ``u`` and ``r`` upsert the after image. An update of the same key
+    thus removes then upserts it (the upsert wins); a primary-key update removes the old key and
+    upserts the new one. The last effect of each key wins.
+
+    Args:
+        batch: a normalized change batch (see :func:`normalize`).
+        key: the primary-key column names (one or more).
+        row_schema: the mirror's storage schema.
+
+    Returns:
+        The rows of ``row_schema`` plus a boolean :data:`DELETE_FLAG` column: true means "remove
+        this key" (the other columns then hold the last before image), false means "this is the
+        key's row now". One row per key.
+    """
+    seq = _row_numbers(batch.num_rows)
+    removes = pc.is_in(batch["op"], value_set=pa.array(["u", "d"]))
+    upserts = pc.is_in(batch["op"], value_set=pa.array(["c", "u", "r"]))
+    parts = []
+    for image, mask, offset, flag in (("before", removes, 0, True), ("after", upserts, 1, False)):
+        rows = image_rows(batch.filter(mask), image, row_schema)
+        order = pc.add(pc.multiply(seq.filter(mask), 2), offset)
+        rows = rows.append_column(_SEQ, order)
+        rows = rows.append_column(DELETE_FLAG, pa.repeat(pa.scalar(flag), rows.num_rows))
+        parts.append(rows)
+    effects = pa.concat_tables(parts)
+    last = effects.group_by(list(key), use_threads=False).aggregate([(_SEQ, "max")])
+    winners = effects.filter(pc.is_in(effects[_SEQ], value_set=last[f"{_SEQ}_max"]))
+    return winners.sort_by(_SEQ).drop_columns([_SEQ])
+
+
+def _row_numbers(n: int) -> pa.Array:
+    """0, 1, ..., n-1 as int64, computed by Arrow."""
+    ones = pc.fill_null(pa.nulls(n, pa.int64()), 1)
+    return pc.subtract(pc.cumulative_sum(ones), 1)

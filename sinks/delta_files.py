@@ -1,0 +1,266 @@
+"""Bulk snapshot rows straight from executors into Delta: write files there, commit them here.
+
+The snapshot's ``r`` rows are most of the data a CDC job ever moves; sending them through the
+driver (``collect`` then MERGE) would bound the job by one machine. Instead:
+
+1. **Executor** (one call per snapshot chunk, e.g. inside ``mapPartitions``):
+   :func:`write_snapshot_files` writes the chunk's mirror rows and changelog rows as Parquet files
+   under each table's directory and returns small picklable :class:`StagedFile` descriptions
+   (path, size, statistics).
+2. **Driver** (once per micro-batch): :func:`commit_snapshot_files` commits every staged file of a
+   table in ONE Delta transaction (one for the mirror, one for the changelog), each carrying the
+   app transaction ``(app_id(query_id, "snapshot"), batch_id)``.
+
+A crash before step 2 leaves orphan Parquet files that no Delta snapshot references: readers do
+not see them and ``VACUUM`` removes them. A replay writes new files and commits them, unless the
+table already holds the batch, in which case the new files stay orphans too. Appending is right
+only for snapshot rows, whose keys the mirror does not hold yet (the source guarantees a key is
+read once), so only all-``r`` chunks are accepted.
+
+Statistics follow Delta's ``stats`` JSON (``numRecords``, ``minValues``, ``maxValues``,
+``nullCount``) for the same columns the table's ``delta.dataSkippingStatsColumns`` names;
+timestamps are written at millisecond precision rounded outwards (min down, max up), and strings
+longer than 32 characters keep a 32-character prefix as min and that prefix raised by one code
+point as max, so every bound is a true bound.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+from deltalake.fs import DeltaStorageHandler
+from deltalake.transaction import AddAction
+
+from cdc.schema import TableSchema
+from sinks.changes import changelog_schema, mirror_schema, normalize, snapshot_rows
+from sinks.delta_tables import (
+    TableKind,
+    app_id,
+    commit_properties,
+    ensure_table,
+    is_committed,
+    stats_eligible,
+)
+
+if TYPE_CHECKING:
+    from sinks.delta import DeltaSinkConfig
+
+_STRING_STATS_PREFIX = 32
+_EPOCH = datetime(1970, 1, 1)
+
+
+@dataclass(frozen=True)
+class StagedFile:
+    """A Parquet file written under a table's directory and not committed yet (picklable).
+
+    Attributes:
+        kind: ``mirror`` or ``changelog``.
+        table: the source table, ``db.table``.
+        path: the file's path relative to the table's root.
+        size: bytes.
+        modification_time: epoch milliseconds.
+        stats: Delta statistics JSON.
+        num_records: rows in the file.
+    """
+
+    kind: TableKind
+    table: str
+    path: str
+    size: int
+    modification_time: int
+    stats: str
+    num_records: int
+
+    def add_action(self) -> AddAction:
+        """The Delta ``add`` action that makes this file part of the table."""
+        return AddAction(self.path, self.size, {}, self.modification_time, True, self.stats)
+
+
+def write_snapshot_files(
+    config: DeltaSinkConfig, schema: TableSchema, changes: pa.Table
+) -> list[StagedFile]:
+    """Executor side: write one snapshot chunk's rows to the mirror's and changelog's directories.
+
+    Runs once per chunk, on an executor; opens no Delta log. Returns nothing for an empty chunk.
+
+    Args:
+        config: the sink configuration (picklable).
+        schema: the source table.
+        changes: the chunk's change rows; all must have op ``r``.
+
+    Raises:
+        InvalidChangeBatch: a row's op is not ``r`` or the batch breaks the change-batch contract.
+    """
+    batch = normalize(changes, schema)
+    if batch.num_rows == 0:
+        return []
+    mirror = snapshot_rows(batch, mirror_schema(schema))
+    changelog = batch.cast(changelog_schema(schema))
+    return [
+        _write_file(config, schema, "mirror", mirror),
+        _write_file(config, schema, "changelog", changelog),
+    ]
+
+
+def _write_file(
+    config: DeltaSinkConfig, schema: TableSchema, kind: TableKind, rows: pa.Table
+) -> StagedFile:
+    uri = config.uri(schema.table_id, kind)
+    _make_local_dir(uri)
+    fs = pafs.PyFileSystem(DeltaStorageHandler(uri, config.storage_options or None))
+    path = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
+    pq.write_table(rows, path, filesystem=fs, compression="snappy")
+    info = fs.get_file_info(path)
+    return StagedFile(
+        kind=kind, table=str(schema.table_id), path=path, size=int(info.size),
+        modification_time=int(time.time() * 1000), stats=file_stats(rows),
+        num_records=rows.num_rows,
+    )
+
+
+def _make_local_dir(uri: str) -> None:
+    """Object stores need no directories; a local table root must exist before writing to it."""
+    if "://" not in uri:
+        os.makedirs(uri, exist_ok=True)
+    elif uri.startswith("file://"):
+        os.makedirs(uri.removeprefix("file://"), exist_ok=True)
+
+
+def commit_snapshot_files(
+    config: DeltaSinkConfig, schema: TableSchema, files: Iterable[StagedFile],
+    query_id: str, batch_id: int,
+) -> dict[TableKind, bool]:
+    """Driver side: commit a batch's staged files, one transaction per table.
+
+    Args:
+        config: the sink configuration.
+        schema: the source table the files belong to.
+        files: every file the batch's executors staged for this table.
+        query_id: the query's stable identity (as given to :class:`sinks.delta.DeltaSink`).
+        batch_id: Spark's micro-batch id.
+
+    Returns:
+        For ``mirror`` and ``changelog``: True when it committed, False when the table already
+        held the batch or no file was staged for it.
+
+    Raises:
+        ValueError: a file belongs to another source table.
+        SinkSchemaMismatch: an existing table no longer fits ``schema``.
+    """
+    by_kind: dict[TableKind, list[StagedFile]] = {"mirror": [], "changelog": []}
+    for f in files:
+        if f.table != str(schema.table_id):
+            raise ValueError(f"staged file {f.path} belongs to {f.table}, not {schema.table_id}")
+        by_kind[f.kind].append(f)
+    app = app_id(query_id, "snapshot")
+    storages = {"mirror": mirror_schema(schema), "changelog": changelog_schema(schema)}
+    done: dict[TableKind, bool] = {}
+    for kind, staged in by_kind.items():
+        done[kind] = bool(staged) and _commit(config, schema, kind, storages[kind], staged,
+                                              app, batch_id)
+    return done
+
+
+def _commit(
+    config: DeltaSinkConfig, schema: TableSchema, kind: TableKind, storage: pa.Schema,
+    staged: list[StagedFile], app: str, batch_id: int,
+) -> bool:
+    uri = config.uri(schema.table_id, kind)
+    table = ensure_table(uri, config.storage_options, schema, kind, storage)
+    if is_committed(table, app, batch_id):
+        return False
+    table.create_write_transaction(
+        [f.add_action() for f in staged], mode="append", schema=table.schema(),
+        commit_properties=commit_properties(app, batch_id),
+    )
+    return True
+
+
+def file_stats(rows: pa.Table) -> str:
+    """Delta ``stats`` JSON of ``rows``, for the stats-eligible leaf columns."""
+    mins: dict[str, Any] = {}
+    maxs: dict[str, Any] = {}
+    nulls: dict[str, Any] = {}
+    for field, column in zip(rows.schema, rows.columns, strict=True):
+        _collect(field, column, mins, maxs, nulls)
+    return json.dumps({"numRecords": rows.num_rows, "minValues": mins, "maxValues": maxs,
+                       "nullCount": nulls})
+
+
+def _collect(
+    field: pa.Field, column: pa.ChunkedArray, mins: dict[str, Any], maxs: dict[str, Any],
+    nulls: dict[str, Any],
+) -> None:
+    t = field.type
+    if pa.types.is_struct(t):
+        sub: tuple[dict[str, Any], dict[str, Any], dict[str, Any]] = ({}, {}, {})
+        for i, child in enumerate(column.flatten()):
+            _collect(t.field(i), child, *sub)
+        for target, values in zip((mins, maxs, nulls), sub, strict=True):
+            if values:
+                target[field.name] = values
+        return
+    if not stats_eligible(t):
+        return
+    nulls[field.name] = column.null_count
+    if column.null_count == len(column):
+        return
+    lo, hi = _bounds(t, column)
+    # Both or neither: delta-rs's reader prunes a file whose max is missing but min is not.
+    if lo is not None and hi is not None:
+        mins[field.name] = lo
+        maxs[field.name] = hi
+
+
+def _bounds(t: pa.DataType, column: pa.ChunkedArray) -> tuple[Any, Any]:
+    """(min, max) of a non-empty column as Delta stats JSON values; None where no true bound."""
+    if pa.types.is_timestamp(t):
+        micros = pc.min_max(pc.cast(column, pa.int64()))
+        lo_ms = micros["min"].as_py() // 1000
+        hi_ms = -(-micros["max"].as_py() // 1000)
+        suffix = "Z" if t.tz is not None else ""
+        hi_text = _ms_text(hi_ms)
+        return f"{_ms_text(lo_ms)}{suffix}", (hi_text + suffix if hi_text else None)
+    bounds = pc.min_max(column)
+    lo, hi = bounds["min"].as_py(), bounds["max"].as_py()
+    if pa.types.is_date32(t):
+        return lo.isoformat(), hi.isoformat()
+    if pa.types.is_decimal(t):
+        return float(lo), float(hi)
+    if pa.types.is_string(t):
+        return lo[:_STRING_STATS_PREFIX], _string_upper_bound(hi)
+    return lo, hi
+
+
+def _string_upper_bound(value: str) -> str | None:
+    """``value`` itself when short, else a prefix of it raised by one code point: a string
+    greater than every string starting with that prefix. None when no such prefix exists."""
+    if len(value) <= _STRING_STATS_PREFIX:
+        return value
+    prefix = value[:_STRING_STATS_PREFIX]
+    while prefix:
+        code = ord(prefix[-1]) + 1
+        code = 0xE000 if 0xD800 <= code <= 0xDFFF else code  # surrogates are not UTF-8
+        if code <= 0x10FFFF:
+            return prefix[:-1] + chr(code)
+        prefix = prefix[:-1]
+    return None
+
+
+def _ms_text(ms: int) -> str | None:
+    """ISO text of an epoch-millisecond instant; None past year 9999 (no bound then)."""
+    try:
+        return (_EPOCH + timedelta(milliseconds=ms)).isoformat(timespec="milliseconds")
+    except OverflowError:
+        return None

@@ -1,0 +1,148 @@
+"""Change batches built directly in Arrow for sink tests (no database), and a reference model.
+
+The model is the definition the mirror must meet: a dict from key to row, where ``u``/``d``
+remove the before image's key and ``c``/``u``/``r`` put the after image, event by event.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+from decimal import Decimal
+from typing import Any
+
+import duckdb
+import polars as pl
+import pyarrow as pa
+from deltalake import DeltaTable
+
+from cdc.schema import Column, TableId, TableSchema
+from sinks.changes import change_schema
+
+UTC = dt.timezone.utc
+
+# One column of every Arrow type the MySQL mapping produces (see cdc/schema.py:arrow_type).
+VALUE_COLUMNS = (
+    Column("c_tiny", "tinyint", "tinyint(4)", True),  # int16
+    Column("c_int", "int", "int(11)", True),  # int32
+    Column("c_big", "bigint", "bigint(20)", True),  # int64
+    Column("c_ubig", "bigint", "bigint(20) unsigned", True),  # decimal(20,0)
+    Column("c_dec", "decimal", "decimal(38,10)", True, precision=38, scale=10),
+    Column("c_float", "float", "float", True),  # float32
+    Column("c_double", "double", "double", True),  # float64
+    Column("c_str", "varchar", "varchar(40)", True),
+    Column("c_bin", "varbinary", "varbinary(40)", True),
+    Column("c_bool", "tinyint", "tinyint(1)", True),  # bool
+    Column("c_date", "date", "date", True),  # date32
+    Column("c_dt", "datetime", "datetime(6)", True),  # timestamp[us]
+    Column("c_ts", "timestamp", "timestamp(6)", True),  # timestamp[us, UTC]
+    Column("c_time", "time", "time(6)", True),  # duration[us] -> int64 micros in Delta
+)
+
+SINGLE_KEY = TableSchema(
+    TableId("shop", "items"),
+    (Column("id", "int", "int(11)", False), *VALUE_COLUMNS),
+    ("id",),
+)
+COMPOSITE_KEY = TableSchema(
+    TableId("shop", "order_lines"),
+    (Column("k1", "bigint", "bigint(20)", False), Column("k2", "varchar", "varchar(8)", False),
+     *VALUE_COLUMNS),
+    ("k1", "k2"),
+)
+# Keys of the types whose Delta statistics are lossy: unsigned BIGINT above the int64 range and
+# DATETIME with microseconds (statistics keep milliseconds).
+WIDE_KEY = TableSchema(
+    TableId("shop", "ledger"),
+    (Column("u", "bigint", "bigint(20) unsigned", False),
+     Column("t", "datetime", "datetime(6)", False), *VALUE_COLUMNS[:4]),
+    ("u", "t"),
+)
+
+KEY_VALUES: dict[str, list[Any]] = {
+    "id": [0, 1, 2, 3, 4, 5],
+    "k1": [-1, 0, 2**40],
+    "k2": ["a", "b", "é"],
+    "u": [Decimal(0), Decimal(2**63 - 1), Decimal(2**63), Decimal(2**64 - 1)],
+    "t": [dt.datetime(2020, 1, 1, 0, 0, 0, 1), dt.datetime(2020, 1, 1, 0, 0, 0, 999),
+          dt.datetime(1000, 1, 1)],
+}
+
+
+def source(pos: int, *, snapshot: str = "false", row: int = 0) -> dict[str, Any]:
+    """A Debezium MySQL source block at ``mysql-bin.000001:pos`` (row ``row``)."""
+    return {
+        "version": "0.1.0", "connector": "mysql", "name": "test", "ts_ms": 1_700_000_000_000,
+        "snapshot": snapshot, "db": "shop", "table": "t", "server_id": 1, "gtid": None,
+        "file": "mysql-bin.000001", "pos": pos, "row": row, "thread": None, "query": None,
+    }
+
+
+def event(op: str, before: dict[str, Any] | None, after: dict[str, Any] | None,
+          pos: int) -> dict[str, Any]:
+    """One change row."""
+    return {"op": op, "before": before, "after": after,
+            "source": source(pos, snapshot="true" if op == "r" else "false"),
+            "ts_ms": 1_700_000_000_000 + pos}
+
+
+def batch(schema: TableSchema, events: list[dict[str, Any]]) -> pa.Table:
+    """A change batch of ``events`` for ``schema``'s table."""
+    return pa.Table.from_pylist(events, schema=change_schema(schema))
+
+
+def row(schema: TableSchema, key: tuple[Any, ...], **values: Any) -> dict[str, Any]:
+    """A full row: ``key`` values for the key columns, ``values`` (default None) for the rest."""
+    out: dict[str, Any] = dict.fromkeys(schema.column_names)
+    out.update(zip(schema.primary_key, key, strict=True))
+    out.update(values)
+    return out
+
+
+def key_of(schema: TableSchema, image: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(image[k] for k in schema.primary_key)
+
+
+def apply(model: dict[tuple[Any, ...], dict[str, Any]], schema: TableSchema,
+          events: list[dict[str, Any]]) -> None:
+    """Apply ``events`` in order to ``model`` (key -> row)."""
+    for e in events:
+        if e["op"] in ("u", "d"):
+            model.pop(key_of(schema, e["before"]), None)
+        if e["op"] in ("c", "u", "r"):
+            model[key_of(schema, e["after"])] = e["after"]
+
+
+def freeze(value: Any) -> Any:
+    """A hashable, storage-equal form: TIME as int64 micros, dicts as tuples, UTC-aware stays."""
+    if isinstance(value, dict):
+        return tuple((k, freeze(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return tuple(freeze(v) for v in value)
+    if isinstance(value, dt.timedelta):
+        return (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
+    return value
+
+
+def frozen_rows(rows: list[dict[str, Any]]) -> Counter[Any]:
+    """A multiset of frozen rows (order-free comparison)."""
+    return Counter(freeze(r) for r in rows)
+
+
+def model_rows(model: dict[tuple[Any, ...], dict[str, Any]]) -> Counter[Any]:
+    return frozen_rows(list(model.values()))
+
+
+def read_with_every_reader(uri: str) -> dict[str, list[dict[str, Any]]]:
+    """The Delta table at ``uri`` as rows, read by delta-rs, DuckDB and Polars."""
+    table = DeltaTable(uri)
+    # DuckDB's delta extension cannot be downloaded here: read the table's live files (delta-rs
+    # writes no deletion vectors, so the live files are the table).
+    relation = duckdb.sql("SELECT * FROM read_parquet($files)",
+                          params={"files": table.file_uris()})
+    assert relation is not None
+    return {
+        "delta-rs": table.to_pyarrow_table().to_pylist(),
+        "duckdb": relation.to_arrow_table().to_pylist(),
+        "polars": pl.read_delta(uri).to_dicts(),
+    }
