@@ -72,3 +72,11 @@ class NoChunkKey(CdcError, Terminal):
 
 class TableNotFound(CdcError, Terminal):
     """A configured or referenced table does not exist."""
+
+
+class SchemaChanged(CdcError, Terminal):
+    """A rows event's columns differ from the table's current definition (DDL in the slice)."""
+
+
+class InvalidBinlogPosition(CdcError, Terminal):
+    """The server cannot serve the requested position (beyond the binlog end, mid-event, ...)."""

@@ -47,6 +47,8 @@ CDC_SERVER_ARGS = (
     "--binlog-row-image=FULL",
     "--binlog-row-metadata=FULL",
     "--server-id=1",
+    "--character-set-server=utf8mb4",
+    "--collation-server=utf8mb4_general_ci",
 )
 
 

@@ -1,0 +1,221 @@
+"""Typed row values from mysql-replication's decoded binlog rows.
+
+mysql-replication decodes each rows event into ``{column name: value}`` dicts. Most values are
+already what ``cdc/schema.py``'s Arrow mapping wants (int, float, Decimal, str, bytes, date,
+naive datetime, timedelta); this module fixes the rest, per column, so a binlog change carries the
+same Python values a snapshot ``SELECT`` (session time zone UTC) yields:
+
+==================  =================================  ==================================
+column              mysql-replication gives            we emit
+==================  =================================  ==================================
+TINYINT(1)          int                                bool
+TIMESTAMP           naive datetime in UTC              UTC-aware datetime
+YEAR                ``1900`` for the zero year 0000    0
+SET                 ``set`` (unordered), None if empty  ``'a,c'`` in definition order, ``''``
+BIT(n)              ``'0101...'`` string               big-endian bytes, (n + 7) // 8 long
+BINARY(n)           bytes without trailing ``\\x00``    bytes right-padded to n
+DECIMAL(p > 38)     Decimal                            plain-notation str (Arrow string)
+JSON (MySQL)        parsed Python objects              JSON text
+INET6, UUID         16 raw bytes (MariaDB)             their text form
+text, rare charset  bytes (charset unknown to Python)  str
+==================  =================================  ==================================
+
+TIMESTAMP is decoded from the epoch seconds stored in the binlog with ``utcfromtimestamp``, so
+the result is correct whatever the server's or this machine's time zone.
+
+Known gaps: a MySQL JSON document that is the bare literal ``null`` arrives as SQL NULL (the
+library does not tell them apart); MySQL JSON text is re-serialized, so number formatting may
+differ from the server's; columns in ``utf16``/``utf32`` are mis-decoded by the library.
+
+Conversion runs once per value of the few column types above and mutates the library's fresh
+row dicts in place, to stay cheap on the hot path.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import json
+import re
+import uuid
+from collections.abc import Callable
+from decimal import Decimal
+from typing import Any
+
+from pymysql.charset import charset_by_name
+from pymysqlreplication.constants import NONE_SOURCE
+
+from cdc.schema import STRING_TYPES, Column, TableSchema, arrow_type
+
+Converter = Callable[[Any], Any]
+Row = dict[str, Any]
+
+_UTC = dt.timezone.utc
+_QUOTED = re.compile(r"'((?:[^']|'')*)'")
+_LENGTH = re.compile(r"\((\d+)\)")
+_TEXT_ONLY = STRING_TYPES - {"enum", "set", "json"}
+# MySQL charsets whose Python codec name differs from what pymysql knows.
+_CODECS = {"ucs2": "utf-16-be", "utf16": "utf-16-be", "utf16le": "utf-16-le", "utf32": "utf-32-be"}
+
+
+def value_converter(column: Column) -> Converter | None:
+    """The function that turns the library's value for ``column`` into ours (None: keep it).
+
+    The function is only called with non-NULL values.
+    """
+    t = column.data_type
+    if t == "tinyint" and str(arrow_type(column)) == "bool":
+        return bool
+    if t == "timestamp":
+        return _utc
+    if t == "year":
+        return _year
+    if t == "set":
+        return _set_text(column)
+    if t == "bit":
+        return _bits
+    if t == "json":
+        return _json_text
+    if t in ("decimal", "numeric") and str(arrow_type(column)) == "string":
+        return _decimal_text
+    if t == "binary":
+        return _padded(_declared_length(column))
+    if t == "inet6":
+        return _inet6
+    if t == "uuid":
+        return _uuid
+    if t in _TEXT_ONLY and not _python_decodes(column.charset):
+        return _text(_CODECS.get(column.charset or "", "utf-8"))
+    return None
+
+
+class RowConverter:
+    """Types the rows of one table, given its schema (the binlog's column names must match it).
+
+    Args:
+        schema: the table's columns, in the order the binlog lists them.
+    """
+
+    def __init__(self, schema: TableSchema) -> None:
+        self.schema = schema
+        self.names = tuple(schema.column_names)
+        self._steps = tuple(
+            (c.name, fn) for c in schema.columns if (fn := value_converter(c)) is not None
+        )
+        self._sets = tuple(c.name for c in schema.columns if c.data_type == "set")
+
+    def __call__(self, values: Row, none_sources: dict[str, str]) -> Row:
+        """Convert one decoded row in place and return it.
+
+        Args:
+            values: the library's ``values``/``before_values``/``after_values`` dict.
+            none_sources: the matching ``none_sources`` dict (why a value is None).
+        """
+        for name, fn in self._steps:
+            v = values[name]
+            if v is not None:
+                values[name] = fn(v)
+        for name in self._sets:
+            if values[name] is None and none_sources.get(name) == NONE_SOURCE.EMPTY_SET:
+                values[name] = ""
+        return values
+
+
+def _utc(v: dt.datetime) -> dt.datetime:
+    return v.replace(tzinfo=_UTC)
+
+
+def _year(v: int) -> int:
+    return 0 if v == 1900 else v  # YEAR is 1901..2155 or 0000, stored as v - 1900
+
+
+def _set_text(column: Column) -> Converter:
+    members = set_members(column.column_type)
+
+    def convert(v: set[str]) -> str:
+        return ",".join(m for m in members if m in v)
+
+    return convert
+
+
+def set_members(column_type: str) -> tuple[str, ...]:
+    """The members of ``set('a','b')`` / ``enum(...)`` in definition order."""
+    return tuple(m.replace("''", "'") for m in _QUOTED.findall(column_type))
+
+
+def _bits(v: str) -> bytes:
+    return int(v, 2).to_bytes((len(v) + 7) // 8, "big")
+
+
+def _json_text(v: Any) -> str:
+    if isinstance(v, str):
+        return v
+    if isinstance(v, bytes):
+        return v.decode("utf-8")
+    return json.dumps(_plain_json(v), ensure_ascii=False)
+
+
+def _plain_json(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {_plain_json(k): _plain_json(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_plain_json(x) for x in v]
+    if isinstance(v, bytes):
+        return v.decode("utf-8")
+    if isinstance(v, Decimal):
+        return float(v)
+    if isinstance(v, (dt.date, dt.time, dt.timedelta)):
+        return str(v)
+    return v
+
+
+def _decimal_text(v: Decimal) -> str:
+    return format(v, "f")
+
+
+def _declared_length(column: Column) -> int:
+    m = _LENGTH.search(column.column_type)
+    return int(m.group(1)) if m else 1
+
+
+def _padded(length: int) -> Converter:
+    def convert(v: bytes) -> bytes:
+        return v.ljust(length, b"\x00")
+
+    return convert
+
+
+def _inet6(v: bytes | str) -> str:
+    if isinstance(v, str):
+        return v
+    addr = ipaddress.IPv6Address(v.ljust(16, b"\x00"))
+    mapped = addr.ipv4_mapped
+    return f"::ffff:{mapped}" if mapped is not None else str(addr)
+
+
+def _uuid(v: bytes | str) -> str:
+    if isinstance(v, str):
+        return v
+    return str(uuid.UUID(bytes=v.ljust(16, b"\x00")))
+
+
+def _python_decodes(charset: str | None) -> bool:
+    """True when mysql-replication can decode this charset (pymysql knows a Python codec)."""
+    if charset is None:
+        return True
+    if charset in _CODECS:
+        return False
+    known = charset_by_name(charset)
+    codec = known.encoding if known else charset
+    try:
+        b"".decode(codec)
+    except LookupError:
+        return False
+    return True
+
+
+def _text(codec: str) -> Converter:
+    def convert(v: str | bytes) -> str:
+        return v if isinstance(v, str) else v.decode(codec, "replace")
+
+    return convert

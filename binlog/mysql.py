@@ -1,0 +1,312 @@
+"""The MySQL / MariaDB change-log reader for bounded binlog ranges (Flink CDC's binlog split).
+
+:class:`MySqlBinlogReader` yields the row changes of a set of tables that lie in ``(start, end]``,
+two :class:`~cdc.offsets.BinlogOffset` points between transactions. It runs where the split is
+read (a Spark executor task); open it there, never on the driver before pickling.
+
+How a slice is read:
+
+* The reader connects as a replica with the configured server id, in non-blocking mode, from
+  ``start`` (mysql-replication's ``BinLogStreamReader``, file/position mode).
+* Every event's header says where it ends (``log_pos``); it starts ``event_size`` bytes earlier.
+  The reader stops right after the event that ends at ``end``, so it never reads or waits for
+  anything beyond ``end``. The connection then stands exactly at ``end`` and the next call with
+  ``start == end`` continues on it; any other start reopens the stream.
+* If the server says "end of binlog" before ``end`` (it can report a position a moment before
+  the dump thread may send it), the reader reopens and retries for ``end_wait_timeout`` seconds.
+* If the connection drops (killed, reset, or another replica registered with the same server
+  id), the reader reopens at the start of the interrupted transaction and skips the changes it
+  already yielded: no loss, no duplicates. mysql-replication's own reconnect is refused because
+  it resumes mid-transaction, where MariaDB skips the rest of the transaction.
+* A change's position is (file, start of its rows event, row index inside the event), so
+  ``ChangePosition.in_slice(start, end)`` holds for every change yielded.
+
+Values are typed from the table's information_schema description (``cdc.schema``), matched by
+column name against the binlog's own metadata (``binlog_row_metadata=FULL``); see
+``binlog/convert.py``. When the names disagree (DDL), the schema is reloaded once; if they still
+disagree the change was written under another table definition and :class:`SchemaChanged` says so.
+
+The server facts (checks, current offset, low watermark, server id ranges) live in
+``binlog/mysql_server.py`` and are re-exported here; the walk along one connection's events is
+``binlog/mysql_stream.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pymysql
+
+from binlog.convert import RowConverter
+from binlog.mysql_server import (
+    MAX_SERVER_ID,
+    REPLICATION_SLAVE,
+    ServerIdRange,
+    ServerInfo,
+    binary_logs,
+    check_server,
+    current_offset,
+    ensure_available,
+    flavor,
+    low_watermark,
+    missing_privilege,
+    purged,
+)
+from binlog.mysql_stream import BinlogStream, StreamLost, open_library_stream
+from cdc.connection import ConnectionSettings
+from cdc.events import ChangeEvent
+from cdc.exceptions import (
+    BinlogNotConfigured,
+    ConfigError,
+    InvalidBinlogPosition,
+    SchemaChanged,
+    SourceUnreachable,
+)
+from cdc.offsets import BinlogOffset, ChangePosition
+from cdc.schema import TableId, TableSchema, load_table_schema
+
+__all__ = [
+    "BinlogReaderConfig", "InvalidBinlogPosition", "MySqlBinlogReader", "SchemaChanged",
+    "ServerIdRange", "ServerInfo", "binary_logs", "check_server", "current_offset",
+    "ensure_available", "low_watermark",
+]
+
+log = logging.getLogger(__name__)
+
+_ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236
+_ER_SPECIFIC_ACCESS_DENIED = 1227
+_ER_SLAVE_SAME_ID = 4052  # MariaDB; MySQL reports 1236 with the same words
+_CONNECTION_LOST = (2003, 2005, 2006, 2013)
+_MAX_RESUMES = 5  # lost connections tolerated within one slice
+
+
+@dataclass(frozen=True)
+class BinlogReaderConfig:
+    """What one binlog reader needs: a small picklable value (no open connection).
+
+    Attributes:
+        connection: the server and the CDC user.
+        server_id: this reader's replica id, taken from ``source.server_id``'s range; readers
+            that run at the same time must use different ids.
+        tables: the tables this reader may be asked for.
+        end_wait_timeout: seconds to keep retrying when the server's binlog stream ends before
+            the requested ``end`` (a position it reported must become readable).
+        read_timeout: socket read timeout of the replication connection, in seconds.
+        check_server: validate settings and privileges (:func:`check_server`) on first use.
+    """
+
+    connection: ConnectionSettings
+    server_id: int
+    tables: tuple[TableId, ...]
+    end_wait_timeout: float = 10.0
+    read_timeout: float = 60.0
+    check_server: bool = True
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.server_id <= MAX_SERVER_ID:
+            ServerIdRange(self.server_id, self.server_id)  # raises ConfigError naming the key
+        if not self.tables:
+            raise ValueError("a binlog reader needs at least one table")
+
+
+class MySqlBinlogReader:
+    """Reads bounded binlog slices ``(start, end]`` of some tables; reusable for many slices.
+
+    Not thread-safe: use one reader per thread, each with its own server id. Close it (or use it
+    as a context manager) to release its replication and query connections.
+
+    Args:
+        config: connection, server id and tables.
+    """
+
+    def __init__(self, config: BinlogReaderConfig) -> None:
+        self.config = config
+        self.stream_opens = 0  # replication streams opened (one COM_BINLOG_DUMP each)
+        self.reconnects = 0  # streams resumed after their connection was lost
+        self._tables = frozenset(config.tables)
+        self._conn: Any = None
+        self._flavor: str | None = None
+        self._stream: BinlogStream | None = None
+        self._converters: dict[TableId, tuple[int, RowConverter]] = {}  # by binlog table id
+
+    def __enter__(self) -> MySqlBinlogReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the replication stream and the query connection (the reader may be reused)."""
+        self._drop_stream()
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                self._conn.close()
+            self._conn = None
+
+    def read(self, start: BinlogOffset, end: BinlogOffset,
+             tables: Collection[TableId] | None = None) -> Iterator[ChangeEvent]:
+        """Yield the changes of ``tables`` (default: all configured) that lie in ``(start, end]``.
+
+        Changes come in binlog order, one per row (a multi-row event gives rows 0..n-1).
+        Stop iterating early and the stream is closed (the next read reopens it).
+
+        Raises:
+            ValueError: ``end`` is before ``start``, or a table is not configured.
+            BinlogPurged: the server no longer has ``start``'s binlog file.
+            BinlogNotConfigured: the server settings do not allow CDC.
+            MissingPrivilege: the user lacks REPLICATION SLAVE or REPLICATION CLIENT.
+            InvalidBinlogPosition: the server cannot serve ``start`` or never reaches ``end``.
+            SchemaChanged: a table's columns changed within the slice.
+            SourceUnreachable: the connection keeps dropping (or the server is down).
+            ConfigError: another replica took over this reader's server id.
+        """
+        wanted = self._tables if tables is None else frozenset(tables)
+        if not wanted <= self._tables:
+            raise ValueError(f"tables {sorted(map(str, wanted - self._tables))} are not configured")
+        if end.is_before(start):
+            raise ValueError(f"slice end {end} is before its start {start}")
+        return self._read(start, end, wanted) if start.is_before(end) else iter(())
+
+    def _read(self, start: BinlogOffset, end: BinlogOffset,
+              wanted: frozenset[TableId]) -> Iterator[ChangeEvent]:
+        finished, resumes = False, 0
+        try:
+            stream = self._stream_at(start)
+            deadline = time.monotonic() + self.config.end_wait_timeout
+            while True:
+                try:
+                    yield from stream.changes(end, wanted)
+                except StreamLost:
+                    resumes += 1
+                    stream = self._resume(stream, resumes)
+                    continue
+                if not stream.eof:
+                    finished = True
+                    return
+                if stream.resume_offset().is_at_or_after(end):  # last events were filtered out
+                    self._drop_stream()
+                    finished = True
+                    return
+                if time.monotonic() > deadline:
+                    raise self._end_not_reached(stream.resume_offset(), end)
+                time.sleep(0.05)  # the server reported `end` a moment before it can send it
+                stream = self._open(stream.boundary, stream.last)
+        except pymysql.err.MySQLError as exc:
+            raise self._translate(exc, start) from exc
+        finally:
+            if not finished:
+                self._drop_stream()
+
+    def _stream_at(self, start: BinlogOffset) -> BinlogStream:
+        if self._stream is not None and self._stream.continue_at(start):
+            return self._stream
+        self._drop_stream()
+        ensure_available(self._connection(), start)
+        return self._open(start)
+
+    def _resume(self, lost: BinlogStream, resumes: int) -> BinlogStream:
+        """Reopen at the start of the interrupted transaction, skipping changes handed out."""
+        self.reconnects += 1
+        c = self.config
+        if resumes > _MAX_RESUMES:
+            raise SourceUnreachable(
+                f"the binlog connection to {c.connection.address} dropped {resumes} times while "
+                f"reading one slice. Check that no other replica or CDC reader uses server id "
+                f"{c.server_id} (the server drops the older connection of two with one id)",
+                host=c.connection.host, port=c.connection.port, server_id=c.server_id)
+        log.warning("binlog connection to %s lost at %s:%s; resuming from %s (server id %d: if "
+                    "this repeats, another replica may use the same id)", c.connection.address,
+                    lost.file, lost.pos, lost.boundary, c.server_id)
+        return self._open(lost.boundary, lost.last)
+
+    def _open(self, at: BinlogOffset, skip_through: tuple[int, int, int] | None = None,
+              ) -> BinlogStream:
+        self._drop_stream()
+        self._connection()
+        lib = open_library_stream(
+            self.config.connection, self.config.server_id, self.config.tables, at,
+            self.config.read_timeout, annotate_rows=self._flavor == "mariadb")
+        self._stream = BinlogStream(lib, at, self._converter, skip_through)
+        self.stream_opens += 1
+        return self._stream
+
+    def _connection(self) -> Any:
+        if self._conn is None:
+            self._conn = self.config.connection.connect()
+            if self.config.check_server:
+                check_server(self._conn)
+            self._flavor = flavor(self._conn)
+        return self._conn
+
+    def _drop_stream(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+
+    def _converter(self, table_id: TableId, map_id: int, names: tuple[str | None, ...],
+                   where: ChangePosition) -> RowConverter:
+        """The converter for a table map: binlog table id ``map_id``, columns ``names``.
+
+        The server gives a table a new binlog table id whenever it reloads its definition
+        (after DDL, among others), so a new id reloads the schema from information_schema.
+        """
+        if any(n is None for n in names):
+            raise BinlogNotConfigured(
+                f"the table map of {table_id} at {where.file}:{where.pos} has no column names: "
+                "it was written while binlog_row_metadata was not FULL. Set "
+                "binlog_row_metadata=FULL (my.cnf and SET GLOBAL) and take a new snapshot",
+                table=str(table_id), position=f"{where.file}:{where.pos}")
+        known = self._converters.get(table_id)
+        if known is not None and known[0] == map_id and known[1].names == names:
+            return known[1]
+        schema = load_table_schema(self._connection(), table_id)
+        if tuple(schema.column_names) != names:
+            raise _schema_changed(schema, names, where)
+        converter = known[1] if known and known[1].schema == schema else RowConverter(schema)
+        self._converters[table_id] = (map_id, converter)
+        return converter
+
+    def _translate(self, exc: pymysql.err.MySQLError, start: BinlogOffset) -> Exception:
+        code = exc.args[0] if exc.args else None
+        if code == _ER_SLAVE_SAME_ID or "same server_uuid/server_id" in str(exc):
+            return ConfigError(
+                f"source.server_id: another replica connected to {self.config.connection.address} "
+                f"with server id {self.config.server_id} while this reader was streaming, and "
+                "the server dropped this reader. Every reader that runs at the same time needs "
+                "its own id from source.server_id, distinct from the ids of real replicas",
+                key="source.server_id", value=str(self.config.server_id))
+        if code == _ER_MASTER_FATAL_ERROR_READING_BINLOG:
+            files = binary_logs(self._connection())
+            if start.file not in files:
+                return purged(self._conn, start, files)
+            return InvalidBinlogPosition(
+                f"{self.config.connection.address} cannot stream the binlog from {start}: "
+                f"{exc.args[1]}", position=str(start), server_error=str(exc.args[1]))
+        if code == _ER_SPECIFIC_ACCESS_DENIED:
+            return missing_privilege(self._connection(), REPLICATION_SLAVE)
+        if code in _CONNECTION_LOST:
+            return SourceUnreachable(
+                f"lost the binlog connection to {self.config.connection.address}: {exc.args[-1]}",
+                host=self.config.connection.host, port=self.config.connection.port)
+        return exc
+
+    def _end_not_reached(self, at: BinlogOffset, end: BinlogOffset) -> InvalidBinlogPosition:
+        return InvalidBinlogPosition(
+            f"the binlog on {self.config.connection.address} ends at {at}, before the slice end "
+            f"{end}, and did not grow to it within {self.config.end_wait_timeout:.0f}s. The end "
+            "must be a position the server reported (SHOW MASTER STATUS); was the server "
+            "restored or failed over?", position=str(at), end=str(end))
+
+
+def _schema_changed(schema: TableSchema, names: tuple[str | None, ...],
+                    where: ChangePosition) -> SchemaChanged:
+    return SchemaChanged(
+        f"rows of {schema.table_id} at {where.file}:{where.pos} have columns {list(names)}, but "
+        f"the table now has {schema.column_names}: its definition changed (DDL) after this "
+        "change was written. Schema changes inside a binlog slice are not supported yet; take a "
+        "new snapshot of the table", table=str(schema.table_id), position=f"{where.file}:{where.pos}")
