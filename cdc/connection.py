@@ -76,7 +76,8 @@ class ConnectionSettings:
         init = kwargs.pop("init_command", "SET time_zone = '+00:00'")
         try:
             return Connection(
-                host=self.host, port=self.port, user=self.user, password=self.password,
+                # bytes: pymysql would encode a str password as latin-1
+                host=self.host, port=self.port, user=self.user, password=self.password.encode(),
                 database=database, autocommit=True, charset="utf8mb4",
                 connect_timeout=self.connect_timeout, init_command=init, **kwargs,
             )
