@@ -223,8 +223,10 @@ def _format_errors(exc: ValidationError) -> str:
     return "; ".join(lines)
 
 
-def parse_config(raw: dict[str, Any], origin: str = "<config>") -> JobConfig:
+def parse_config(raw: dict[str, Any], origin: str = "<config>", *, warn_plain_password: bool = True) -> JobConfig:
     """Validate an already-loaded YAML tree (``${VAR}`` not yet expanded).
+
+    ``warn_plain_password`` is for files a person edits; programs pass secrets as values.
 
     Raises:
         ConfigError: the message names every invalid key path.
@@ -237,7 +239,7 @@ def parse_config(raw: dict[str, Any], origin: str = "<config>") -> JobConfig:
         config = JobConfig.model_validate(expand_env(raw))
     except ValidationError as exc:
         raise ConfigError(f"{origin}: {_format_errors(exc)}") from None
-    if plain_password:
+    if plain_password and warn_plain_password:
         log.warning("%s: source.password is written in plain text; use ${ENV_VAR} or "
                     "source.password_file instead", origin)
     return config

@@ -48,6 +48,7 @@ from sinks.delta_tables import (
     ensure_table,
     is_committed,
     merge_predicate,
+    mirror_key,
     quote,
     table_uri,
 )
@@ -215,8 +216,9 @@ class DeltaRsWriter:
             write_deltalake(table, snapshot_rows(batch, storage), mode="append",
                             commit_properties=props)
             return True
-        source = mirror_changes(batch, schema.primary_key, storage)
-        _merge(table, source, schema.primary_key, storage.names, props)
+        key = mirror_key(schema)
+        source = mirror_changes(batch, key, storage)
+        _merge(table, source, key, storage.names, props, null_safe=not schema.primary_key)
         ensure_marked(table, app, batch_id)
         return True
 
@@ -234,14 +236,15 @@ class DeltaRsWriter:
 
 
 def _merge(
-    table: DeltaTable, source: pa.Table, key: tuple[str, ...], columns: list[str], props: Any
+    table: DeltaTable, source: pa.Table, key: tuple[str, ...], columns: list[str], props: Any,
+    *, null_safe: bool = False,
 ) -> None:
     flag = f"s.{quote(DELETE_FLAG)}"
     values = {quote(c): f"s.{quote(c)}" for c in columns}
     # streamed_exec=True (the default) also keeps delta-rs from pruning target files with source
     # min/max statistics, which loses rows for decimal(20,0) keys above the int64 range.
     (
-        table.merge(source, merge_predicate(key), source_alias="s", target_alias="t",
+        table.merge(source, merge_predicate(key, null_safe), source_alias="s", target_alias="t",
                     streamed_exec=True, commit_properties=props)
         .when_matched_delete(predicate=flag)
         .when_matched_update(values, predicate=f"NOT {flag}")

@@ -43,6 +43,7 @@ from sinks.delta_tables import (
     ensure_table,
     is_committed,
     merge_predicate,
+    mirror_key,
     quote,
 )
 
@@ -109,13 +110,13 @@ class DeltaSparkWriter:
             self._append(uri, snapshot_rows(batch, storage), app, batch_id)
             return True
         delta_table = importlib.import_module("delta.tables").DeltaTable
-        source = self._spark.createDataFrame(mirror_changes(batch, schema.primary_key, storage))
+        source = self._spark.createDataFrame(mirror_changes(batch, mirror_key(schema), storage))
         flag = f"s.{quote(DELETE_FLAG)}"
         values = {quote(c): f"s.{quote(c)}" for c in storage.names}
         with self._txn(app, batch_id):
             (
                 delta_table.forPath(self._spark, uri).alias("t")
-                .merge(source.alias("s"), merge_predicate(schema.primary_key))
+                .merge(source.alias("s"), merge_predicate(mirror_key(schema), not schema.primary_key))
                 .whenMatchedDelete(condition=flag)
                 .whenMatchedUpdate(condition=f"NOT {flag}", set=values)
                 .whenNotMatchedInsert(condition=f"NOT {flag}", values=values)

@@ -92,9 +92,22 @@ def quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def merge_predicate(key: tuple[str, ...]) -> str:
-    """``t.k1 = s.k1 AND ...``: the MERGE match condition on the key columns."""
-    return " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in key)
+def mirror_key(schema: TableSchema) -> tuple[str, ...]:
+    """The columns that identify a mirror row: the primary key, else every column.
+
+    Tables without a primary key are mirrored as sets: a row is identified by all of its
+    values, so fully identical duplicate rows in the source collapse into one mirror row.
+    """
+    return schema.primary_key or tuple(schema.column_names)
+
+
+def merge_predicate(key: tuple[str, ...], null_safe: bool = False) -> str:
+    """``t.k1 = s.k1 AND ...``: the MERGE match condition on the key columns.
+
+    ``null_safe`` compares with ``IS NOT DISTINCT FROM`` (keyless tables: any column may be NULL).
+    """
+    op = "IS NOT DISTINCT FROM" if null_safe else "="
+    return " AND ".join(f"(t.{quote(k)} {op} s.{quote(k)})" for k in key)
 
 
 def stats_eligible(t: pa.DataType) -> bool:

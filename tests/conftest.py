@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 import pymysql
 import pytest
@@ -46,3 +47,17 @@ def admin(mysql_server: Sandbox, database: str) -> Iterator[pymysql.connections.
 def cdc_endpoint(mysql_server: Sandbox) -> Endpoint:
     """Credentials of the least-privilege CDC user (SELECT, REPLICATION SLAVE/CLIENT only)."""
     return mysql_server.cdc
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local Spark session (2 threads) for the whole test run, with `mysql-cdc` registered."""
+    from cdc.source import MySqlCdcDataSource
+    from cdc.spark import local_session
+
+    session = local_session("spark-cdc-tests", parallelism=2)
+    session.dataSource.register(MySqlCdcDataSource)
+    try:
+        yield session
+    finally:
+        session.stop()

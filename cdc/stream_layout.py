@@ -1,0 +1,96 @@
+"""How one Spark stream carries the change rows of one or several tables.
+
+Columns are always ``op``, ``before``, ``after``, ``source``, ``ts_ms`` (Debezium's envelope).
+
+* One table: ``before`` and ``after`` are the table's row struct.
+* Several tables: ``before`` and ``after`` are structs with one field per table, named
+  ``db.table``; only the field of the row's own table (``source.db``/``source.table``) is set.
+  Types survive end to end (no JSON), and a sink selects ``after.`db.table``` for each table.
+  In SQL: ``SELECT after.`shop.orders`.id FROM changes WHERE source.table = 'orders'``.
+
+The Arrow schema is exactly what Spark expects back from ``read()`` (Spark's own conversion of
+the Spark schema), so batches can be handed over without conversion.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from cdc.envelope import envelope_schema
+from cdc.schema import TableId, TableSchema
+
+
+class StreamLayout:
+    """Maps per-table change rows to the stream's columns and back.
+
+    Args:
+        schemas: the captured tables (order does not matter; fields are sorted by name).
+    """
+
+    def __init__(self, schemas: Sequence[TableSchema]) -> None:
+        self.schemas = {s.table_id: s for s in sorted(schemas, key=lambda s: s.table_id)}
+        if not self.schemas:
+            raise ValueError("a stream needs at least one table")
+        self.multi = len(self.schemas) > 1
+        self.arrow_schema = _spark_compatible(self._schema())
+
+    def _schema(self) -> pa.Schema:
+        if not self.multi:
+            return envelope_schema(next(iter(self.schemas.values())))
+        image = pa.struct([pa.field(str(t), envelope_schema(s).field("after").type)
+                           for t, s in self.schemas.items()])
+        first = envelope_schema(next(iter(self.schemas.values())))
+        return pa.schema([first.field("op"), pa.field("before", image), pa.field("after", image),
+                          first.field("source"), first.field("ts_ms")])
+
+    def spark_schema(self) -> Any:
+        """The stream's schema as a Spark ``StructType``."""
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        return from_arrow_schema(self.arrow_schema)
+
+    def to_stream(self, table_id: TableId, changes: pa.Table) -> pa.Table:
+        """One table's change rows (``cdc.envelope`` layout) in the stream's columns."""
+        if self.multi:
+            changes = pa.Table.from_arrays(
+                [changes["op"], self._wrap(table_id, changes["before"]),
+                 self._wrap(table_id, changes["after"]), changes["source"], changes["ts_ms"]],
+                names=list(self.arrow_schema.names),
+            )
+        return changes.cast(self.arrow_schema)
+
+    def _wrap(self, table_id: TableId, images: pa.ChunkedArray) -> pa.Array:
+        image = images.combine_chunks()
+        n, target = len(image), self.arrow_schema.field("after").type
+        children = [image.cast(target.field(i).type) if target.field(i).name == str(table_id)
+                    else pa.nulls(n, target.field(i).type) for i in range(target.num_fields)]
+        return pa.StructArray.from_arrays(children, fields=list(target), mask=pc.is_null(image))
+
+    def from_stream(self, table_id: TableId, rows: pa.Table) -> pa.Table:
+        """The rows of one table, back in the ``cdc.envelope`` layout of that table."""
+        schema = self.schemas[table_id]
+        mine = pc.and_(pc.equal(pc.struct_field(rows["source"], "db"), table_id.db),
+                       pc.equal(pc.struct_field(rows["source"], "table"), table_id.table))
+        rows = rows.filter(mine)
+        if self.multi:
+            rows = pa.Table.from_arrays(
+                [rows["op"], pc.struct_field(rows["before"], str(table_id)),
+                 pc.struct_field(rows["after"], str(table_id)), rows["source"], rows["ts_ms"]],
+                names=list(rows.schema.names),
+            )
+        return _cast_back(rows, envelope_schema(schema))
+
+
+def _spark_compatible(schema: pa.Schema) -> pa.Schema:
+    """The Arrow schema Spark produces for the Spark form of ``schema`` (what read() must yield)."""
+    from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+
+    return to_arrow_schema(from_arrow_schema(schema), timezone="UTC")
+
+
+def _cast_back(rows: pa.Table, target: pa.Schema) -> pa.Table:
+    return rows.cast(target)

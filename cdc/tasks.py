@@ -1,0 +1,230 @@
+"""The executor side of the source: the work one Spark task does for one micro-batch.
+
+A :class:`CdcPartition` is a list of work items run in order, with the server id its binlog
+reads use. Three kinds of work (docs/source-design.md):
+
+* :class:`StageItem`: record LW, SELECT the chunk, write it to the state directory. No rows.
+* :class:`EmitItem`: chunks staged by the previous batch, merged with the binlog (LW, HW] into
+  ``op='r'`` rows. One binlog read per partition feeds all of its chunks.
+* :class:`StreamItem`: the binlog slice (start, end] of the batch, keeping the changes whose key
+  lies in a chunk emitted before this batch (Flink CDC's ``shouldEmit``).
+
+Every row is a function of the partition and the state files, so a replayed batch emits the
+same rows. Connections open here, never on the driver.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import InputPartition
+
+from binlog.mysql import BinlogReaderConfig, MySqlBinlogReader
+from cdc import faults
+from cdc.connection import ConnectionSettings
+from cdc.envelope import SnapshotSource, change_envelope, snapshot_envelope, split_key_changes
+from cdc.events import ChangeEvent
+from cdc.offsets import BinlogOffset
+from cdc.schema import TableId, TableSchema
+from cdc.state import StateStore
+from cdc.stream_layout import StreamLayout
+from chunking.fetch import BackendName
+from chunking.keys import KeyOrder, select_chunk_key
+from chunking.reader import Backfill, stage_chunk
+from chunking.split import SnapshotSplit, decode_value
+
+log = logging.getLogger(__name__)
+
+EVENT_BLOCK = 4096  # binlog changes turned into one Arrow batch
+
+
+@dataclass(frozen=True)
+class StageItem:
+    table: str
+    split_id: int
+
+
+@dataclass(frozen=True)
+class EmitItem:
+    table: str
+    split_id: int
+
+
+@dataclass(frozen=True)
+class Region:
+    """The finished key region of a table when a batch starts: keys below ``upto`` flow.
+
+    ``everything`` means the table is streaming (snapshot finished or skipped).
+    """
+
+    everything: bool
+    upto: Any = None  # encoded boundary value (chunking.split.encode_value)
+    key_column: str | None = None
+
+
+@dataclass(frozen=True)
+class StreamItem:
+    start: BinlogOffset
+    end: BinlogOffset
+    regions: dict[str, Region]
+
+
+@dataclass(frozen=True)
+class TaskContext:
+    """What every task needs; built on the driver, pickled to executors."""
+
+    settings: ConnectionSettings
+    schemas: dict[TableId, TableSchema]
+    store: StateStore
+    layout: StreamLayout
+    name: str
+    fetch_backend: BackendName = "auto"
+
+
+class CdcPartition(InputPartition):
+    """One task's work for one batch."""
+
+    def __init__(self, index: int, server_id: int, items: list[Any], high_watermark: BinlogOffset,
+                 ts_ms: int) -> None:
+        super().__init__(index)
+        self.index = index
+        self.server_id = server_id
+        self.items = items
+        self.high_watermark = high_watermark
+        self.ts_ms = ts_ms
+
+    def __repr__(self) -> str:
+        kinds = [type(i).__name__ for i in self.items]
+        return f"CdcPartition({self.index}, server_id={self.server_id}, {len(kinds)} items)"
+
+
+def run_partition(part: CdcPartition, ctx: TaskContext) -> Iterator[pa.RecordBatch]:
+    """Run a partition's work items in order, yielding the stream's record batches."""
+    stages = [i for i in part.items if isinstance(i, StageItem)]
+    emits = [i for i in part.items if isinstance(i, EmitItem)]
+    streams = [i for i in part.items if isinstance(i, StreamItem)]
+    for item in stages:
+        _stage(item, ctx)
+    if not emits and not streams:
+        return
+    with contextlib.ExitStack() as resources:
+        conn = resources.enter_context(contextlib.closing(ctx.settings.connect()))
+        if emits:
+            yield from _emit(emits, part, ctx, conn, resources)
+        for stream in streams:
+            yield from _stream(stream, part, ctx, conn, resources)
+
+
+def _stage(item: StageItem, ctx: TaskContext) -> None:
+    table = TableId.parse(item.table)
+    split = SnapshotSplit.from_dict(ctx.store.read_json(StateStore.chunk_path(table, item.split_id)))
+    staged = stage_chunk(ctx.settings, ctx.schemas[table], split, fetch_backend=ctx.fetch_backend)
+    faults.check(ctx.store, "stage")
+    ctx.store.write_staged(table, item.split_id, staged.rows, staged.low_watermark)
+    log.info("staged %s: %d rows (LW %s)", split.split_name, staged.rows.num_rows, staged.low_watermark)
+
+
+def _binlog(part: CdcPartition, ctx: TaskContext, tables: Iterable[TableId],
+            resources: contextlib.ExitStack) -> MySqlBinlogReader:
+    config = BinlogReaderConfig(connection=ctx.settings, server_id=part.server_id,
+                                tables=tuple(sorted(set(tables))))
+    return resources.enter_context(MySqlBinlogReader(config))
+
+
+def _emit(items: list[EmitItem], part: CdcPartition, ctx: TaskContext, conn: Any,
+          resources: contextlib.ExitStack) -> Iterator[pa.RecordBatch]:
+    hw, fills = part.high_watermark, []
+    orders: dict[tuple[TableId, str], KeyOrder] = {}
+    for item in items:
+        table = TableId.parse(item.table)
+        split = SnapshotSplit.from_dict(ctx.store.read_json(StateStore.chunk_path(table, item.split_id)))
+        key = (table, split.key_column)
+        if key not in orders:
+            orders[key] = KeyOrder(ctx.schemas[table].column(split.key_column), conn)
+        lw = ctx.store.staged_low_watermark(table, item.split_id)
+        fills.append(Backfill(split, lw, ctx.schemas[table], orders[key]))
+    low = min((f.low_watermark for f in fills), key=_offset_key)
+    if low.is_before(hw):
+        reader = _binlog(part, ctx, (f.schema.table_id for f in fills), resources)
+        for block in _blocks(reader.read(low, hw)):
+            for fill in fills:
+                fill.offer(block, hw)
+    source = SnapshotSource(name=ctx.name, server_id=0, file=hw.file, pos=hw.pos, gtid=hw.gtid, ts_ms=part.ts_ms)
+    for fill in fills:
+        table = fill.schema.table_id
+        rows = fill.result(ctx.store.read_staged(table, fill.split.split_id))
+        envelope = snapshot_envelope(table, fill.schema, rows, source)
+        faults.check(ctx.store, "emit")
+        log.info("emitted %s: %d rows, %d binlog changes merged", fill.split.split_name, rows.num_rows, fill.applied)
+        yield from ctx.layout.to_stream(table, envelope).to_batches(max_chunksize=EVENT_BLOCK * 4)
+
+
+def _stream(item: StreamItem, part: CdcPartition, ctx: TaskContext, conn: Any,
+            resources: contextlib.ExitStack) -> Iterator[pa.RecordBatch]:
+    filters = {TableId.parse(t): _RegionFilter(ctx.schemas[TableId.parse(t)], r, conn)
+               for t, r in item.regions.items()}
+    if not filters or not item.start.is_before(item.end):
+        return
+    reader = _binlog(part, ctx, filters, resources)
+    for block in _blocks(reader.read(item.start, item.end)):
+        faults.check(ctx.store, "stream")
+        by_table: dict[TableId, list[ChangeEvent]] = {}
+        for change in block:
+            by_table.setdefault(change.table_id, []).append(change)
+        for table, changes in by_table.items():
+            schema = ctx.schemas[table]
+            kept = filters[table].keep(split_key_changes(changes, schema.primary_key))
+            if kept:
+                envelope = change_envelope(schema, kept, name=ctx.name)
+                yield from ctx.layout.to_stream(table, envelope).to_batches()
+
+
+class _RegionFilter:
+    """Keeps the changes whose key lies in a table's finished region."""
+
+    def __init__(self, schema: TableSchema, region: Region, conn: Any) -> None:
+        self.region = region
+        self.column = region.key_column
+        self.order: KeyOrder | None = None
+        self.bound: Any = None
+        if not region.everything:
+            assert self.column is not None
+            self.order = KeyOrder(schema.column(self.column), conn)
+            self.bound = self.order.bound_key(decode_value(region.upto))
+
+    def keep(self, changes: list[ChangeEvent]) -> list[ChangeEvent]:
+        if self.region.everything:
+            return changes
+        assert self.order is not None and self.column is not None
+        keys = self.order.sort_keys([c.image()[self.column] for c in changes])
+        return [c for c, k in zip(changes, keys, strict=True) if k < self.bound]
+
+
+def region_for(schema: TableSchema, state: str, upto: Any, chunk_key_column: str | None) -> Region | None:
+    """The region a table contributes to a stream slice (None: nothing of it flows yet)."""
+    if state == "stream":
+        return Region(everything=True)
+    if state == "snapshot" and upto is not None:
+        column = select_chunk_key(schema, chunk_key_column).name
+        return Region(everything=False, upto=upto, key_column=column)
+    return None
+
+
+def _blocks(changes: Iterable[ChangeEvent]) -> Iterator[list[ChangeEvent]]:
+    block: list[ChangeEvent] = []
+    for change in changes:
+        block.append(change)
+        if len(block) >= EVENT_BLOCK:
+            yield block
+            block = []
+    if block:
+        yield block
+
+
+def _offset_key(offset: BinlogOffset) -> tuple[int, int]:
+    return (int(offset.file.rsplit(".", 1)[1]), offset.pos)
