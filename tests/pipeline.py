@@ -26,13 +26,12 @@ import pymysql
 from binlog.mysql import BinlogReaderConfig, MySqlBinlogReader, current_offset
 from cdc import faults
 from cdc.envelope import split_key_changes
-from cdc.job import BatchWriter
+from cdc.job import BatchRecord, BatchWriter
 from cdc.offsets import BinlogOffset, ChangePosition
 from cdc.sandbox import Sandbox
 from cdc.schema import TableId, TableSchema
 from cdc.source import MySqlCdcDataSource
 from cdc.state import StateStore
-from sinks.base import WriteResult
 from sinks.delta import DeltaSink, DeltaSinkConfig
 
 REFERENCE_SERVER_ID = 6300
@@ -62,7 +61,7 @@ class Pipeline:
                 "chunk_size": "100", "chunks_per_batch": "4", "server_id": "5400-5403"}
         return {**base, **self.options}
 
-    def run(self) -> list[WriteResult]:
+    def run(self) -> list[BatchRecord]:
         """One available-now run: everything up to the binlog end at its start, then stop."""
         if self.started_at is None:
             with contextlib.closing(self.box.admin.connect()) as conn:
@@ -78,7 +77,7 @@ class Pipeline:
             query.awaitTermination()
         finally:
             query.stop()
-        return writer.results
+        return writer.batches
 
     def arm(self, point: str, after: int = 0) -> None:
         faults.arm(self.store, point, after=after)
