@@ -6,6 +6,13 @@ random writers change the rows being snapshotted.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +29,7 @@ from pipeline import (
 )
 from pyspark.errors import StreamingQueryException
 
+from binlog.mysql import current_offset
 from cdc.sandbox import Sandbox
 from cdc.schema import TableId
 
@@ -154,3 +162,41 @@ def test_table_added_to_a_running_checkpoint_is_snapshotted_then_streamed(
     pipeline.run()
     check_all(pipeline)
     assert TableId(pipeline.database, "second") in pipeline.schemas()
+
+
+def test_driver_killed_at_random_moments_is_exact(pipeline: Pipeline, admin: Any, mysql_server: Sandbox) -> None:
+    """SIGKILL the driver process several times while writers run, then catch up and check."""
+    create_table(admin, rows=2000)
+    pipeline.started_at = None
+    spec = json.dumps({"options": pipeline.source_options(), "checkpoint": str(pipeline.checkpoint),
+                       "lake": str(pipeline.lake), "query_id": f"test-{pipeline.database}"})
+    with contextlib.closing(mysql_server.admin.connect()) as conn:
+        pipeline.started_at = current_offset(conn)
+    rng = random.Random(7)
+    kills = 0
+    writer = RandomWriter(mysql_server, pipeline.database, "t", seed=5)
+    with writing(writer):
+        for _ in range(3):
+            driver = subprocess.Popen([sys.executable, str(Path(__file__).parent / "driver_process.py"), spec],
+                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                      start_new_session=True)
+            assert driver.stdout is not None
+            wait_for_batches(driver, rng.randint(1, 4))
+            time.sleep(rng.uniform(0, 1.5))  # land anywhere in a batch: planning, tasks, commits
+            os.killpg(driver.pid, signal.SIGKILL)  # the driver, its JVM and Python workers at once
+            driver.wait(timeout=30)
+            kills += 1
+    pipeline.run()  # restart from the checkpoint and catch up
+    assert kills == 3
+    check_all(pipeline)
+
+
+def wait_for_batches(driver: subprocess.Popen[str], n: int, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    seen = 0
+    assert driver.stdout is not None
+    while seen < n:
+        assert time.monotonic() < deadline, "driver made no progress"
+        line = driver.stdout.readline()
+        assert line, f"driver exited early with {driver.poll()}"
+        seen += line.startswith("batch ")
