@@ -85,6 +85,9 @@ _CONNECTION_LOST = (2003, 2005, 2006, 2013)
 _MAX_RESUMES = 5  # lost connections tolerated within one slice
 
 
+_SKIP_AHEAD_BYTES = 4 << 20  # read forward up to this far instead of reopening the stream
+
+
 @dataclass(frozen=True)
 class BinlogReaderConfig:
     """What one binlog reader needs: a small picklable value (no open connection).
@@ -203,11 +206,30 @@ class MySqlBinlogReader:
                 self._drop_stream()
 
     def _stream_at(self, start: BinlogOffset) -> BinlogStream:
-        if self._stream is not None and self._stream.continue_at(start):
+        if self._stream is not None and self._skip_to(self._stream, start):
             return self._stream
         self._drop_stream()
         ensure_available(self._connection(), start)
         return self._open(start)
+
+    def _skip_to(self, stream: BinlogStream, start: BinlogOffset) -> bool:
+        """Move an open stream to ``start`` by reading forward, when that beats reopening.
+
+        True when the stream stands at ``start``: already there, or ``start`` lies a little
+        ahead in the same file (the next chunk's LW after the previous chunk's HW) and the events
+        in between were read and discarded. A reopen costs a connection and a dump request.
+        """
+        if stream.continue_at(start):
+            return True
+        if not (stream.usable and not stream.eof and stream.file == start.file
+                and stream.pos < start.pos <= stream.pos + _SKIP_AHEAD_BYTES):
+            return False
+        try:
+            for _ in stream.changes(start, frozenset()):
+                pass
+        except StreamLost:
+            return False
+        return stream.continue_at(start)
 
     def _resume(self, lost: BinlogStream, resumes: int) -> BinlogStream:
         """Reopen at the start of the interrupted transaction, skipping changes handed out."""

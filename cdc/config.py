@@ -43,9 +43,9 @@ class _Model(BaseModel):
 class SpecificOffset(_Model):
     """Where ``startup_mode: specific-offset`` starts: a file and position, or a GTID set."""
 
-    file: str | None = None
-    pos: int | None = Field(default=None, ge=4)
-    gtid: str | None = None
+    file: str | None = Field(default=None, description="binlog file name, e.g. `mysql-bin.000003`")
+    pos: int | None = Field(default=None, ge=4, description="position in that file (4 = its start)")
+    gtid: str | None = Field(default=None, description="a GTID set (not supported yet)")
 
     @model_validator(mode="after")
     def _one_form(self) -> SpecificOffset:
@@ -57,25 +57,36 @@ class SpecificOffset(_Model):
 class MySqlSourceConfig(_Model):
     """``source:`` for MySQL and MariaDB."""
 
-    type: Literal["mysql"] = "mysql"
-    hostname: str = "127.0.0.1"
-    port: int = Field(default=3306, ge=1, le=65535)
-    username: str
-    password: SecretStr | None = None
-    password_file: Path | None = None
-    tables: list[str] = Field(min_length=1)
-    server_id: str = "5400-5404"
-    startup_mode: StartupMode = "initial"
-    startup_offset: SpecificOffset | None = None
-    startup_timestamp_ms: int | None = Field(default=None, ge=0)
-    chunk_size: int = Field(default=8096, gt=0)
-    chunk_key_columns: dict[str, str] = Field(default_factory=dict)
-    distribution_factor_lower: float = Field(default=0.05, gt=0)
-    distribution_factor_upper: float = Field(default=1000.0, gt=0)
-    chunks_per_batch: int | None = Field(default=None, gt=0)
-    backfill_skip: bool = False
-    connect_timeout_s: float = Field(default=10.0, gt=0)
-    name: str = "mysql"
+    type: Literal["mysql"] = Field(default="mysql", description="the source database kind (MySQL 5.7/8.x, MariaDB 10.5+)")
+    hostname: str = Field(default="127.0.0.1", description="host name or IP address of the server")
+    port: int = Field(default=3306, ge=1, le=65535, description="TCP port of the server")
+    username: str = Field(description="the CDC user (needs SELECT, REPLICATION SLAVE, REPLICATION CLIENT)")
+    password: SecretStr | None = Field(default=None, description="the password; write `${ENV_VAR}`, never the value")
+    password_file: Path | None = Field(default=None, description="a file holding the password (instead of `password`)")
+    tables: list[str] = Field(min_length=1, description="regexes on `database.table`, e.g. `shop\\..*`; "
+                              "tables matched later join the running job (snapshot, then binlog)")
+    server_id: str = Field(default="5400-5404", description="binlog reader ids, one per concurrent reader "
+                           "(`5400` or a range `5400-5404`); unique among the server's replicas")
+    startup_mode: StartupMode = Field(default="initial", description="`initial` (snapshot, then binlog), "
+                                      "`snapshot` (snapshot only, then stop), `latest-offset` (binlog from now), "
+                                      "`earliest-offset` (binlog from the oldest file), `specific-offset` "
+                                      "(binlog from `startup_offset`); `timestamp` is not supported yet")
+    startup_offset: SpecificOffset | None = Field(default=None, description="`{file, pos}` for `specific-offset` "
+                                                  "(a `gtid` start is not supported yet)")
+    startup_timestamp_ms: int | None = Field(default=None, ge=0, description="epoch milliseconds for `timestamp`")
+    chunk_size: int = Field(default=8096, gt=0, description="rows per snapshot chunk")
+    chunk_key_columns: dict[str, str] = Field(default_factory=dict, description="`db.table`: column, the chunk "
+                                              "key of tables without a primary key")
+    distribution_factor_lower: float = Field(default=0.05, gt=0, description="a numeric key is split evenly "
+                                             "when `(max - min + 1) / rows` is at least this, else by "
+                                             "querying each chunk's end")
+    distribution_factor_upper: float = Field(default=1000.0, gt=0, description="... and at most this")
+    chunks_per_batch: int | None = Field(default=None, gt=0, description="chunks staged per micro-batch "
+                                         "(default 4 x parallelism)")
+    backfill_skip: bool = Field(default=False, description="skip the exactly-once backfill "
+                                "(at-least-once); not implemented yet: `true` is refused")
+    connect_timeout_s: float = Field(default=10.0, gt=0, description="seconds to wait for a connection")
+    name: str = Field(default="mysql", description="the logical source name (Debezium's `source.name`)")
 
     @field_validator("tables")
     @classmethod
@@ -134,27 +145,39 @@ class MySqlSourceConfig(_Model):
 class DeltaSinkSection(_Model):
     """``sink:`` for Delta: mirror at ``<path>/<db>/<table>``, changelog at ``..._changelog``."""
 
-    type: Literal["delta"] = "delta"
-    path: str
-    storage_options: dict[str, str] = Field(default_factory=dict)
-    engine: Literal["auto", "delta-rs", "delta-spark"] = "auto"
+    type: Literal["delta"] = Field(default="delta", description="the sink kind")
+    path: str = Field(description="root directory or URI of the tables (`s3://...`, `abfss://...`): "
+                      "mirror at `<path>/<db>/<table>`, changelog at `<path>/<db>/<table>_changelog`")
+    storage_options: dict[str, str] = Field(default_factory=dict, description="object-store options for "
+                                            "delta-rs (credentials, region); use `${ENV_VAR}` for secrets")
+    engine: Literal["auto", "delta-rs", "delta-spark"] = Field(default="auto", description="`delta-rs`, "
+                                                               "`delta-spark`, or `auto` (delta-spark when its "
+                                                               "jars are on the classpath)")
 
 
 class JobConfig(_Model):
     """The whole job file."""
 
-    source: MySqlSourceConfig
-    sink: DeltaSinkSection
-    checkpoint: str
-    state_dir: str | None = None
-    parallelism: int = Field(default=2, gt=0)
-    trigger_interval: str = "1s"
+    source: MySqlSourceConfig = Field(description="the database to capture")
+    sink: DeltaSinkSection = Field(description="where the mirror and changelog tables go")
+    checkpoint: str = Field(description="Spark's checkpoint directory; keep it for the job's lifetime "
+                            "(a restart resumes from it)")
+    state_dir: str | None = Field(default=None, description="the source's state files "
+                                  "(default `<checkpoint>_state`, next to the checkpoint)")
+    parallelism: int = Field(default=2, gt=0, description="tasks per micro-batch (and `local[N]` threads "
+                             "when not under spark-submit)")
+    trigger_interval: str = Field(default="1s", description="how often a running job plans a micro-batch "
+                                  "(`500ms`, `1s`, `2m`); `--once` ignores it")
 
     @field_validator("trigger_interval")
     @classmethod
     def _interval(cls, value: str) -> str:
         parse_duration_s(value)
         return value
+
+    def state_path(self) -> str:
+        """The state directory: ``state_dir``, or ``<checkpoint>_state`` next to the checkpoint."""
+        return self.state_dir or f"{self.checkpoint.rstrip('/')}_state"
 
 
 def server_id_range(value: str) -> range:
@@ -210,7 +233,7 @@ def _shows_input(err: Any, loc: str) -> bool:
     return not isinstance(err["input"], dict | list)
 
 
-def _format_errors(exc: ValidationError) -> str:
+def _format_errors(exc: ValidationError) -> list[str]:
     lines = []
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-after"))
@@ -220,7 +243,7 @@ def _format_errors(exc: ValidationError) -> str:
         elif _shows_input(err, loc):
             msg += f" (got {err['input']!r})"
         lines.append(f"{loc or '<root>'}: {msg}")
-    return "; ".join(lines)
+    return lines
 
 
 def parse_config(raw: dict[str, Any], origin: str = "<config>", *, warn_plain_password: bool = True) -> JobConfig:
@@ -238,7 +261,8 @@ def parse_config(raw: dict[str, Any], origin: str = "<config>", *, warn_plain_pa
     try:
         config = JobConfig.model_validate(expand_env(raw))
     except ValidationError as exc:
-        raise ConfigError(f"{origin}: {_format_errors(exc)}") from None
+        errors = _format_errors(exc)
+        raise ConfigError(f"{origin}: {'; '.join(errors)}", errors=errors) from None
     if plain_password and warn_plain_password:
         log.warning("%s: source.password is written in plain text; use ${ENV_VAR} or "
                     "source.password_file instead", origin)
@@ -259,3 +283,24 @@ def load_config(path: str | Path) -> JobConfig:
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     return parse_config(raw, str(path))
+
+
+def config_reference() -> str:
+    """The configuration reference as a Markdown table, generated from the models' fields.
+
+    README.md's "Configuration reference" is this text (a test keeps the two equal).
+    """
+    lines = ["| key | default | meaning |", "| --- | --- | --- |"]
+    sections: list[tuple[str, type[BaseModel]]] = [
+        ("", JobConfig), ("source.", MySqlSourceConfig), ("source.startup_offset.", SpecificOffset),
+        ("sink.", DeltaSinkSection)]
+    for prefix, model in sections:
+        for name, info in model.model_fields.items():
+            if info.is_required():
+                default = "required"
+            elif info.default_factory is not None:
+                default = f"`{info.default_factory()}`"  # type: ignore[call-arg]
+            else:
+                default = "none" if info.default is None else f"`{info.default}`"
+            lines.append(f"| `{prefix}{name}` | {default} | {info.description or ''} |")
+    return "\n".join(lines) + "\n"

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 
 VENV=${VENV:-.venv}
 PYTHON=${PYTHON:-python3}
-EXTRAS=${EXTRAS:-dev}
+EXTRAS=${EXTRAS:-dev,demo}
 want_bench=0
 [[ "${1:-}" == "--bench" ]] && { want_bench=1; EXTRAS="$EXTRAS,bench"; }
 

@@ -148,6 +148,25 @@ def test_adjacent_slices_add_up_to_the_whole(
     assert split.stream_opens == 1  # the second slice continued on the first one's connection
 
 
+def test_a_slice_a_little_ahead_is_reached_by_reading_forward(
+        admin: Conn, cdc_conn: Conn, reader: ReaderFactory) -> None:
+    create_abc(admin)
+    a = current_offset(cdc_conn)
+    run(admin, "INSERT INTO a VALUES (1, 'x')")
+    b = current_offset(cdc_conn)
+    run(admin, "INSERT INTO a VALUES (2, 'skipped')", "UPDATE b SET v = 'other table' WHERE id = 11")
+    c = current_offset(cdc_conn)
+    run(admin, "UPDATE a SET v = 'y' WHERE id = 1")
+    d = current_offset(cdc_conn)
+
+    r = reader("a")
+    first, second = list(r.read(a, b)), list(r.read(c, d))
+
+    assert [(e.op, e.after) for e in first] == [("c", {"id": 1, "v": "x"})]
+    assert [(e.op, e.after) for e in second] == [("u", {"id": 1, "v": "y"})]  # nothing of (b, c]
+    assert r.stream_opens == 1  # (b, c] was read and discarded on the same connection
+
+
 def test_stops_at_end_without_waiting_and_empty_slice(
         admin: Conn, cdc_conn: Conn, reader: ReaderFactory) -> None:
     create_abc(admin)

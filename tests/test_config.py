@@ -8,7 +8,13 @@ from typing import Any
 
 import pytest
 
-from cdc.config import load_config, parse_config, parse_duration_s, server_id_range
+from cdc.config import (
+    config_reference,
+    load_config,
+    parse_config,
+    parse_duration_s,
+    server_id_range,
+)
 from cdc.exceptions import ConfigError
 
 GOOD: dict[str, Any] = {
@@ -96,6 +102,8 @@ def test_load_config_reports_file_problems(tmp_path: Path) -> None:
 
 def test_example_configs_validate(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MYSQL_PASSWORD", "from-env")
+    for name, value in {"MYSQL_HOST": "127.0.0.1", "MYSQL_PORT": "3307", "CDC_DEMO_DIR": "/tmp/demo"}.items():
+        monkeypatch.setenv(name, value)  # configs/demo.yaml: set by `python -m cdc demo`
     for path in sorted(Path(__file__).parent.parent.joinpath("configs").glob("*.yaml")):
         load_config(path)
 
@@ -106,3 +114,24 @@ def test_server_id_ranges_and_durations() -> None:
     with pytest.raises(ValueError):
         server_id_range("0")
     assert parse_duration_s("500ms") == 0.5 and parse_duration_s("2m") == 120
+
+
+def test_every_invalid_key_is_listed_separately() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config({**with_source(chunk_size=0, port="x"), "parallelism": 0})
+    errors = info.value.context["errors"]
+    assert len(errors) == 3 and all(": " in e for e in errors)
+    assert {e.split(":")[0] for e in errors} == {"source.chunk_size", "source.port", "parallelism"}
+
+
+def test_state_dir_defaults_to_next_to_the_checkpoint() -> None:
+    assert parse_config(GOOD).state_path() == "./checkpoints/shop_state"
+    assert parse_config({**GOOD, "state_dir": "/s"}).state_path() == "/s"
+
+
+def test_config_reference_lists_every_key_with_a_meaning() -> None:
+    reference = config_reference()
+    for key in ("checkpoint", "source.hostname", "source.startup_offset.file", "sink.storage_options"):
+        assert f"| `{key}` |" in reference
+    rows = [line for line in reference.splitlines()[2:] if line.startswith("| `")]
+    assert all(not line.endswith("|  |") for line in rows), "a field has no description"

@@ -1,0 +1,305 @@
+"""The job users run (cdc/runner.py, cdc/cli.py): start-up errors, startup modes, a whole
+database, restarts, refused checkpoints, secrets, and the demo, against the real server.
+
+In-process (the session's Spark); tests/test_cli.py starts the real commands as processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pipeline import Pipeline, assert_mirror_equals_source
+
+from cdc import faults
+from cdc.cli import main
+from cdc.config import JobConfig, parse_config
+from cdc.exceptions import ConfigError
+from cdc.runner import JobFailed, JobRunner
+from cdc.sandbox import Sandbox, free_port
+from cdc.state import StateStore
+
+PASSWORD_ENV = "TEST_JOB_PASSWORD"
+
+
+def raw_config(box: Sandbox, database: str, workdir: Path, **source: Any) -> dict[str, Any]:
+    """A job file's tree: the test database, chunk size 100, lake and checkpoint in ``workdir``."""
+    base = {"hostname": box.cdc.host, "port": box.cdc.port, "username": box.cdc.user,
+            "password": "${" + PASSWORD_ENV + "}", "tables": [f"{database}\\..*"], "chunk_size": 100,
+            "server_id": "5400-5403"}
+    return {"source": {**base, **source}, "sink": {"path": str(workdir / "lake")},
+            "checkpoint": str(workdir / "checkpoint"), "parallelism": 2}
+
+
+def config_of(raw: dict[str, Any]) -> JobConfig:
+    return parse_config(raw, warn_plain_password=False)
+
+
+def write_config(path: Path, raw: dict[str, Any]) -> str:
+    path.write_text(yaml.safe_dump(raw))
+    return str(path)
+
+
+@pytest.fixture(autouse=True)
+def _password(monkeypatch: pytest.MonkeyPatch, mysql_server: Sandbox) -> None:
+    monkeypatch.setenv(PASSWORD_ENV, mysql_server.cdc.password)
+
+
+def written(workdir: Path) -> list[str]:
+    return sorted(p.name for p in workdir.iterdir() if p.name != "job.yaml")
+
+
+def source_rows(box: Sandbox, database: str, table: str) -> int:
+    with contextlib.closing(box.cdc.connect(database)) as conn, conn.cursor() as cur:
+        cur.execute(f"SELECT COUNT(*) FROM `{table}`")
+        return int(cur.fetchone()[0])
+
+
+# --- start-up errors: one line naming the fix, exit 2, nothing written ---------------------------
+
+@pytest.fixture
+def weak_user(mysql_server: Sandbox) -> Any:
+    """A user with SELECT only (no replication privileges)."""
+    with contextlib.closing(mysql_server.admin.connect()) as conn, conn.cursor() as cur:
+        cur.execute("CREATE USER IF NOT EXISTS 'weak'@'%' IDENTIFIED BY 'weak-pw-1'")
+        cur.execute("GRANT SELECT ON *.* TO 'weak'@'%'")
+    yield "weak"
+    with contextlib.closing(mysql_server.admin.connect()) as conn, conn.cursor() as cur:
+        cur.execute("DROP USER IF EXISTS 'weak'@'%'")
+
+
+@pytest.fixture
+def minimal_row_image(mysql_server: Sandbox) -> Any:
+    with contextlib.closing(mysql_server.admin.connect()) as conn, conn.cursor() as cur:
+        cur.execute("SET GLOBAL binlog_row_image = 'MINIMAL'")
+        try:
+            yield
+        finally:
+            cur.execute("SET GLOBAL binlog_row_image = 'FULL'")
+
+
+@pytest.mark.parametrize(("case", "message"), [
+    ("unreachable", r"cannot reach MySQL at 127\.0\.0\.1:\d+: .*Check source\.hostname"),
+    ("wrong_password", r"refused user 'cdc': check source\.username and source\.password"),
+    ("missing_privilege", r"REPLICATION"),
+    ("binlog_row_image", r"binlog_row_image is MINIMAL .* CDC needs FULL"),
+    ("no_table", r"source\.tables .* matched no table"),
+    ("no_key", r"nokey"),
+])
+def test_start_up_errors_are_one_line_and_write_nothing(
+    case: str, message: str, request: pytest.FixtureRequest, mysql_server: Sandbox, database: str,
+    admin: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with admin.cursor() as cur:
+        cur.execute("CREATE TABLE keyed (id INT PRIMARY KEY)")
+    source: dict[str, Any] = {}
+    if case == "unreachable":
+        source["port"] = free_port()
+    elif case == "wrong_password":
+        monkeypatch.setenv(PASSWORD_ENV, "not-the-password-42")
+    elif case == "missing_privilege":
+        source["username"] = request.getfixturevalue("weak_user")
+        monkeypatch.setenv(PASSWORD_ENV, "weak-pw-1")
+    elif case == "binlog_row_image":
+        request.getfixturevalue("minimal_row_image")
+    elif case == "no_table":
+        source["tables"] = [f"{database}\\.nothing_here"]
+    elif case == "no_key":
+        with admin.cursor() as cur:
+            cur.execute("CREATE TABLE nokey (a INT, b VARCHAR(5))")
+    path = write_config(tmp_path / "job.yaml", raw_config(mysql_server, database, tmp_path, **source))
+    assert main(["run", "--config", path, "--once"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    errors = [line for line in err if line.startswith("error: ")]
+    assert len(errors) == 1, err
+    assert re.search(message, errors[0]), errors[0]
+    assert "not-the-password-42" not in "\n".join(err)
+    assert written(tmp_path) == [], "a failed start must write nothing"
+
+
+def test_unsupported_startup_settings_are_refused_before_connecting(tmp_path: Path, mysql_server: Sandbox) -> None:
+    for source, message in [({"startup_mode": "timestamp", "startup_timestamp_ms": 1}, "timestamp is not supported"),
+                            ({"startup_mode": "specific-offset", "startup_offset": {"gtid": "0-1-5"}}, "GTID start"),
+                            ({"backfill_skip": True}, "backfill_skip")]:
+        runner = JobRunner(config_of(raw_config(mysql_server, "db", tmp_path, **source)))
+        with pytest.raises(ConfigError, match=message):
+            runner.check()
+    assert written(tmp_path) == []
+
+
+# --- startup modes -----------------------------------------------------------------------------
+
+def insert(admin: Any, ids: range) -> None:
+    with admin.cursor() as cur:
+        for i in ids:  # one statement per row: distinct binlog positions
+            cur.execute("INSERT INTO t VALUES (%s, %s)", (i, f"v{i}"))
+
+
+@pytest.mark.parametrize(("mode", "first", "second"), [
+    # initial (the default) is covered by the whole-database test below
+    ("snapshot", 10, 10),         # snapshot only: later changes do not flow
+    ("latest-offset", 0, 3),      # binlog from now
+    ("earliest-offset", 10, 13),  # binlog from the oldest file: every insert of t
+    ("specific-offset", 6, 9),    # binlog from after the 4th insert
+])
+def test_startup_modes(mode: str, first: int, second: int, spark: Any, mysql_server: Sandbox, database: str,
+                       admin: Any, tmp_path: Path) -> None:
+    with admin.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))")
+    insert(admin, range(4))
+    with admin.cursor() as cur:
+        cur.execute("SHOW MASTER STATUS")
+        file, pos = cur.fetchone()[:2]
+    insert(admin, range(4, 10))
+    source: dict[str, Any] = {"startup_mode": mode}
+    if mode == "specific-offset":
+        source["startup_offset"] = {"file": file, "pos": pos}
+    config = config_of(raw_config(mysql_server, database, tmp_path, **source))
+    p = Pipeline(spark, mysql_server, database, tmp_path)
+    JobRunner(config, spark).run(once=True)
+    assert (p.mirror("t").num_rows if (tmp_path / "lake" / database / "t").exists() else 0) == first
+    insert(admin, range(10, 13))
+    with admin.cursor() as cur:
+        cur.execute("UPDATE t SET v = 'changed' WHERE id = 10")
+    summary = JobRunner(config, spark).run(once=True)
+    mirror = p.mirror("t")
+    assert mirror.num_rows == second
+    if mode != "snapshot":
+        assert {r["id"]: r["v"] for r in mirror.to_pylist()}[10] == "changed"
+    assert summary.tables[f"{database}.t"].mirror == second
+
+
+# --- a whole database, restarts, refused checkpoints ---------------------------------------------
+
+FIVE_TABLES = [
+    ("ints", "id INT PRIMARY KEY, v VARCHAR(20)", "({i}, 'v{i}')"),
+    ("unsigned_big", "id BIGINT UNSIGNED PRIMARY KEY, v INT", "({big} + {i}, {i})"),
+    ("strings", "code VARCHAR(20) COLLATE utf8mb4_general_ci PRIMARY KEY, v INT", "('{c}{i:04d}', {i})"),
+    ("composite", "a INT, b VARCHAR(10), v INT, PRIMARY KEY (a, b)", "({i} % 40, 'k{i}', {i})"),
+    ("times", "at DATETIME(3) PRIMARY KEY, v INT",
+     "(TIMESTAMPADD(SECOND, {i}, '2024-01-01 00:00:00.125'), {i})"),
+]
+BIG = 18446744073709550000  # near the top of BIGINT UNSIGNED (max 18446744073709551615)
+
+
+def create_five_tables(admin: Any, rows: int = 300) -> None:
+    with admin.cursor() as cur:
+        for name, columns, values in FIVE_TABLES:
+            cur.execute(f"CREATE TABLE {name} ({columns})")
+            cur.execute(f"INSERT INTO {name} VALUES " + ",".join(
+                values.format(i=i, big=BIG, c="aBcD"[i % 4]) for i in range(rows)))
+
+
+def change_five_tables(admin: Any) -> None:
+    with admin.cursor() as cur:
+        cur.execute("UPDATE ints SET v = 'changed' WHERE id < 5")
+        cur.execute("DELETE FROM ints WHERE id BETWEEN 100 AND 109")
+        cur.execute(f"INSERT INTO unsigned_big VALUES ({BIG + 500}, 1), (18446744073709551615, 2)")
+        cur.execute(f"UPDATE unsigned_big SET id = id + 1000 WHERE id = {BIG + 7}")
+        cur.execute("UPDATE strings SET code = 'zz-moved' WHERE code = 'a0000'")
+        cur.execute("INSERT INTO strings VALUES ('Ü-umlaut', 9)")
+        cur.execute("DELETE FROM composite WHERE a = 3")
+        cur.execute("UPDATE composite SET v = -1 WHERE a = 4")
+        cur.execute("DELETE FROM times WHERE v < 10")
+        cur.execute("INSERT INTO times VALUES ('2030-06-01 12:00:00.999', 1)")
+
+
+def test_whole_database_with_five_key_types_then_changes_then_restart(
+    spark: Any, mysql_server: Sandbox, database: str, admin: Any, tmp_path: Path,
+) -> None:
+    create_five_tables(admin)
+    # two chunks per table, all ten staged by the first batch
+    config = config_of(raw_config(mysql_server, database, tmp_path, chunk_size=150, chunks_per_batch=10))
+    first = JobRunner(config, spark).run(once=True)
+    assert first.batches >= 2 and set(first.tables) == {f"{database}.{n}" for n, *_ in FIVE_TABLES}
+    change_five_tables(admin)
+    second = JobRunner(config, spark).run(once=True)  # a restart: resumes from the checkpoint
+    assert 0 < second.rows < 100, "the restart reads only the changes, not the tables again"
+    p = Pipeline(spark, mysql_server, database, tmp_path)
+    for table_id, schema in p.schemas().items():
+        assert_mirror_equals_source(p, table_id.table, schema)
+        reads = [r for r in p.changelog(table_id.table).to_pylist() if r["op"] == "r"]
+        assert len(reads) == 300, f"{table_id}: the snapshot was read once, not again by the restart"
+        assert second.tables[str(table_id)].mirror == source_rows(mysql_server, database, table_id.table)
+
+
+def test_checkpoint_of_another_source_is_refused(spark: Any, mysql_server: Sandbox, database: str,
+                                                 admin: Any, tmp_path: Path) -> None:
+    with admin.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY)")
+        cur.execute("INSERT INTO t VALUES (1), (2)")
+    JobRunner(config_of(raw_config(mysql_server, database, tmp_path)), spark).run(once=True)
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    other = mysql_server.create_database()
+    try:
+        with contextlib.closing(mysql_server.admin.connect(other)) as conn, conn.cursor() as cur:
+            cur.execute("CREATE TABLE t (id INT PRIMARY KEY)")
+        for source, message in [({"hostname": "localhost"}, r"belongs to source 127\.0\.0\.1:\d+, not localhost"),
+                                ({"tables": [f"{other}\\..*"]}, f"captures database\\(s\\) {database}")]:
+            runner = JobRunner(config_of(raw_config(mysql_server, database, tmp_path, **source)), spark)
+            with pytest.raises(ConfigError, match=message):
+                runner.run(once=True)
+        # tables added to the patterns later are allowed: snapshotted, then streamed
+        both = [f"{database}\\..*", f"{other}\\..*"]
+        with contextlib.closing(mysql_server.admin.connect(other)) as conn, conn.cursor() as cur:
+            cur.execute("INSERT INTO t VALUES (7)")
+        after = sorted(str(p) for p in tmp_path.rglob("*"))
+        assert after == before, "a refused start writes nothing"
+        summary = JobRunner(config_of(raw_config(mysql_server, database, tmp_path, tables=both)), spark).run(once=True)
+        assert summary.tables[f"{other}.t"].mirror == 1
+    finally:
+        mysql_server.drop_database(other)
+
+
+def test_a_failure_mid_run_is_one_line_and_the_next_run_resumes(
+    spark: Any, mysql_server: Sandbox, database: str, admin: Any, tmp_path: Path,
+) -> None:
+    with admin.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY)")
+        cur.execute("INSERT INTO t VALUES " + ",".join(f"({i})" for i in range(250)))
+    config = config_of(raw_config(mysql_server, database, tmp_path, chunks_per_batch=1))
+    faults.arm(StateStore(config.state_path()), "plan", after=1)  # the driver dies planning batch 2
+    with pytest.raises(JobFailed) as info:
+        JobRunner(config, spark).run(once=True)
+    assert str(info.value) == "injected fault at plan"
+    summary = JobRunner(config, spark).run(once=True)
+    assert summary.tables[f"{database}.t"].mirror == 250
+    assert summary.tables[f"{database}.t"].changelog == 250
+
+
+# --- secrets -------------------------------------------------------------------------------------
+
+def test_password_never_reaches_output_logs_or_checkpoint(
+    spark: Any, mysql_server: Sandbox, database: str, admin: Any, tmp_path: Path,
+    capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture,
+) -> None:
+    secret = mysql_server.cdc.password
+    with admin.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY)")
+        cur.execute("INSERT INTO t VALUES (1), (2), (3)")
+    path = write_config(tmp_path / "job.yaml", raw_config(mysql_server, database, tmp_path))
+    with caplog.at_level("DEBUG"):
+        assert main(["-v", "run", "--config", path, "--once"]) == 0
+    out, err = capfd.readouterr()
+    assert "run finished" in out and "batch 1:" in caplog.text
+    for text in (out, err, caplog.text):
+        assert secret not in text
+    for f in tmp_path.rglob("*"):
+        if f.is_file() and f.name != "job.yaml":
+            assert secret.encode() not in f.read_bytes(), f"password written to {f}"
+
+
+# --- the demo ------------------------------------------------------------------------------------
+
+def test_demo_runs_end_to_end_at_a_small_scale(spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from cdc.demo import run_demo
+
+    assert run_demo(scale=0.01, workdir=tmp_path / "demo", spark=spark) == 0
+    out = capsys.readouterr().out
+    assert "tpcds.customer: 1000 rows" in out
+    assert "mirror equals the source (999 rows) and holds every change" in out
+
