@@ -96,6 +96,8 @@ def source_options(config: JobConfig, paths: JobPaths) -> dict[str, str]:
         opts["chunk_key_columns"] = json.dumps(s.chunk_key_columns)
     if s.startup_offset is not None:
         opts["startup_offset"] = json.dumps(s.startup_offset.model_dump(exclude_none=True))
+    if s.startup_timestamp_ms is not None:
+        opts["startup_timestamp_ms"] = str(s.startup_timestamp_ms)
     return opts
 
 
@@ -106,10 +108,6 @@ def check_supported(config: JobConfig) -> None:
         ConfigError: names the setting and what to use instead.
     """
     s = config.source
-    if s.startup_mode == "timestamp":
-        raise ConfigError("source.startup_mode: timestamp is not supported yet; use specific-offset "
-                          "with the binlog file and position (SHOW BINARY LOGS lists the files)",
-                          key="source.startup_mode")
     if s.startup_mode == "specific-offset" and s.startup_offset is not None and s.startup_offset.file is None:
         raise ConfigError("source.startup_offset: a GTID start is not supported yet; give file and pos",
                           key="source.startup_offset")

@@ -32,6 +32,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
 from binlog.mysql import ServerIdRange, binary_logs, check_server, current_offset
+from binlog.mysql_time import offset_at
 from cdc import faults
 from cdc.config import MySqlSourceConfig, parse_config
 from cdc.connection import ConnectionSettings
@@ -197,7 +198,8 @@ class MySqlCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 raise ConfigError("source.startup_offset: a GTID start is not supported yet; give file and pos")
             return BinlogOffset(s.startup_offset.file, s.startup_offset.pos)
         if s.startup_mode == "timestamp":
-            raise ConfigError("source.startup_mode: timestamp is not supported yet; use specific-offset")
+            assert s.startup_timestamp_ms is not None
+            return offset_at(self.context.settings, self.server_ids[0], s.startup_timestamp_ms)
         return None
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -122,8 +123,7 @@ def test_start_up_errors_are_one_line_and_write_nothing(
 
 
 def test_unsupported_startup_settings_are_refused_before_connecting(tmp_path: Path, mysql_server: Sandbox) -> None:
-    for source, message in [({"startup_mode": "timestamp", "startup_timestamp_ms": 1}, "timestamp is not supported"),
-                            ({"startup_mode": "specific-offset", "startup_offset": {"gtid": "0-1-5"}}, "GTID start"),
+    for source, message in [({"startup_mode": "specific-offset", "startup_offset": {"gtid": "0-1-5"}}, "GTID start"),
                             ({"backfill_skip": True}, "backfill_skip")]:
         runner = JobRunner(config_of(raw_config(mysql_server, "db", tmp_path, **source)))
         with pytest.raises(ConfigError, match=message):
@@ -145,6 +145,7 @@ def insert(admin: Any, ids: range) -> None:
     ("latest-offset", 0, 3),      # binlog from now
     ("earliest-offset", 10, 13),  # binlog from the oldest file: every insert of t
     ("specific-offset", 6, 9),    # binlog from after the 4th insert
+    ("timestamp", 6, 9),          # binlog from the first transaction at/after a time (1 s later)
 ])
 def test_startup_modes(mode: str, first: int, second: int, spark: Any, mysql_server: Sandbox, database: str,
                        admin: Any, tmp_path: Path) -> None:
@@ -154,8 +155,11 @@ def test_startup_modes(mode: str, first: int, second: int, spark: Any, mysql_ser
     with admin.cursor() as cur:
         cur.execute("SHOW MASTER STATUS")
         file, pos = cur.fetchone()[:2]
-    insert(admin, range(4, 10))
     source: dict[str, Any] = {"startup_mode": mode}
+    if mode == "timestamp":  # binlog times are whole seconds: the next second starts the range
+        time.sleep(1.1)
+        source["startup_timestamp_ms"] = int(time.time() * 1000)
+    insert(admin, range(4, 10))
     if mode == "specific-offset":
         source["startup_offset"] = {"file": file, "pos": pos}
     config = config_of(raw_config(mysql_server, database, tmp_path, **source))
