@@ -10,10 +10,14 @@ column              mysql-replication gives            we emit
 ==================  =================================  ==================================
 TINYINT(1)          int                                bool
 TIMESTAMP           naive datetime in UTC              UTC-aware datetime
+TIMESTAMP 0000-...  ``1970-01-01 00:00:00`` (epoch 0)  None, as the snapshot reads it
+DATE 2024-02-30     ValueError (kills the stream)      None, as the snapshot reads it
 YEAR                ``1900`` for the zero year 0000    0
 SET                 ``set`` (unordered), None if empty  ``'a,c'`` in definition order, ``''``
 BIT(n)              ``'0101...'`` string               big-endian bytes, (n + 7) // 8 long
 BINARY(n)           bytes without trailing ``\\x00``    bytes right-padded to n
+BINARY, BLOB empty  ``''`` (str: the library "decodes")  ``b''``
+TIME(n>0) negative  wrong fraction: -00:00:01.1 as -1.9   the value (fraction mirrored back)
 DECIMAL(p > 38)     Decimal                            plain-notation str (Arrow string)
 JSON (MySQL)        parsed Python objects              JSON text
 INET6, UUID         16 raw bytes (MariaDB)             their text form
@@ -21,7 +25,12 @@ text, rare charset  bytes (charset unknown to Python)  str
 ==================  =================================  ==================================
 
 TIMESTAMP is decoded from the epoch seconds stored in the binlog with ``utcfromtimestamp``, so
-the result is correct whatever the server's or this machine's time zone.
+the result is correct whatever the server's or this machine's time zone. The zero TIMESTAMP is
+stored as epoch second 0, which no real TIMESTAMP can hold (the range starts at 00:00:01 UTC).
+
+A DATE (or old-format DATETIME) the calendar lacks, storable under ``ALLOW_INVALID_DATES``, makes
+the library's decoder raise ``ValueError`` in the middle of a rows event; :func:`tolerate_invalid_dates`
+(applied on import) makes it return None instead, as the library already does for DATETIME2.
 
 Known gaps: a MySQL JSON document that is the bare literal ``null`` arrives as SQL NULL (the
 library does not tell them apart); MySQL JSON text is re-serialized, so number formatting may
@@ -44,6 +53,7 @@ from typing import Any
 
 from pymysql.charset import charset_by_name
 from pymysqlreplication.constants import NONE_SOURCE
+from pymysqlreplication.row_event import RowsEvent
 
 from cdc.schema import STRING_TYPES, Column, TableSchema, arrow_type
 
@@ -51,9 +61,13 @@ Converter = Callable[[Any], Any]
 Row = dict[str, Any]
 
 _UTC = dt.timezone.utc
+_ZERO_TIME = dt.timedelta(0)
+_SECOND_US = 1_000_000
+_ZERO_TIMESTAMP = dt.datetime(1970, 1, 1)  # what the library decodes '0000-00-00 00:00:00' to
 _QUOTED = re.compile(r"'((?:[^']|'')*)'")
 _LENGTH = re.compile(r"\((\d+)\)")
 _TEXT_ONLY = STRING_TYPES - {"enum", "set", "json"}
+_BYTE_STRINGS = frozenset({"varbinary", "tinyblob", "blob", "mediumblob", "longblob"})
 # MySQL charsets whose Python codec name differs from what pymysql knows.
 _CODECS = {"ucs2": "utf-16-be", "utf16": "utf-16-be", "utf16le": "utf-16-le", "utf32": "utf-32-be"}
 
@@ -70,6 +84,8 @@ def value_converter(column: Column) -> Converter | None:
         return _utc
     if t == "year":
         return _year
+    if t == "time" and (column.datetime_precision or 0) > 0:
+        return _negative_time
     if t == "set":
         return _set_text(column)
     if t == "bit":
@@ -80,6 +96,8 @@ def value_converter(column: Column) -> Converter | None:
         return _decimal_text
     if t == "binary":
         return _padded(_declared_length(column))
+    if t in _BYTE_STRINGS:
+        return _bytes
     if t == "inet6":
         return _inet6
     if t == "uuid":
@@ -121,8 +139,23 @@ class RowConverter:
         return values
 
 
-def _utc(v: dt.datetime) -> dt.datetime:
-    return v.replace(tzinfo=_UTC)
+def _utc(v: dt.datetime) -> dt.datetime | None:
+    return None if v == _ZERO_TIMESTAMP else v.replace(tzinfo=_UTC)
+
+
+def _negative_time(v: dt.timedelta) -> dt.timedelta:
+    """Undo the library's misreading of a negative TIME with a fraction.
+
+    MySQL stores -12:34:56.1 as the integer part -12:34:57 plus the fraction +0.9 (a packed
+    two's-complement number); the library negates the integer part's magnitude and subtracts the
+    fraction read as -0.1, giving -(12:34:57 - 0.1) = -12:34:56.9. With ``m`` that result's
+    magnitude, the value is -(whole seconds of m + (1 s - fraction of m)).
+    """
+    if v >= _ZERO_TIME or not v.microseconds:
+        return v
+    magnitude = -v
+    fraction = magnitude.microseconds
+    return -(magnitude + dt.timedelta(microseconds=_SECOND_US - 2 * fraction))
 
 
 def _year(v: int) -> int:
@@ -178,9 +211,15 @@ def _declared_length(column: Column) -> int:
     return int(m.group(1)) if m else 1
 
 
+def _bytes(v: bytes | str) -> bytes:
+    # The library decodes binary strings with the unknown codec "binary": a LookupError keeps the
+    # bytes, but Python decodes b"" without a codec lookup, so an empty value arrives as "".
+    return v if isinstance(v, bytes) else v.encode("utf-8")
+
+
 def _padded(length: int) -> Converter:
-    def convert(v: bytes) -> bytes:
-        return v.ljust(length, b"\x00")
+    def convert(v: bytes | str) -> bytes:
+        return _bytes(v).ljust(length, b"\x00")
 
     return convert
 
@@ -219,3 +258,32 @@ def _text(codec: str) -> Converter:
         return v if isinstance(v, str) else v.decode(codec, "replace")
 
     return convert
+
+
+def tolerate_invalid_dates() -> None:
+    """Make mysql-replication read a DATE/DATETIME the calendar lacks as None, not raise.
+
+    Its DATE and old-format DATETIME decoders consume the value's bytes, then build a
+    ``datetime.date``; ``2024-02-30`` raises ``ValueError`` and aborts the whole rows event. The
+    wrapped decoders return None for such a value (the bytes are already consumed, so the rest of
+    the row decodes normally). Idempotent.
+    """
+    for name in ("_RowsEvent__read_date", "_RowsEvent__read_datetime"):
+        original = getattr(RowsEvent, name, None)
+        if original is None or getattr(original, "_spark_cdc_tolerant", False):
+            continue
+        setattr(RowsEvent, name, _returning_none_on_value_error(original))
+
+
+def _returning_none_on_value_error(decode: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def tolerant(event: Any) -> Any:
+        try:
+            return decode(event)
+        except ValueError:
+            return None
+
+    tolerant._spark_cdc_tolerant = True  # type: ignore[attr-defined]
+    return tolerant
+
+
+tolerate_invalid_dates()
