@@ -501,7 +501,7 @@ def test_values_are_encoded_as_debezium_does(
     (col("v", "float"), {}, 1.5, 1.5, "float"),
     (col("v", "double"), {}, 1.5, 1.5, "double"),
     (col("v", "tinyint", "tinyint(3) unsigned"), {}, 255, 255, "int16"),
-    (col("v", "tinyint", "tinyint(4)"), {}, -1, -1, "int8"),
+    (col("v", "tinyint", "tinyint(4)"), {}, -1, -1, "int16"),
     (col("v", "int", "int(10) unsigned"), {}, 2**32 - 1, 2**32 - 1, "int64"),
 ])
 def test_options_change_the_encoding(
@@ -692,7 +692,7 @@ def test_rows_read_from_the_server_round_trip(admin: Any, database: str) -> None
     assert {k: x for k, x in decoded.after.items() if row[k] != x} == {}
     assert decoded == record
     fields = {f["field"]: f for f in orjson.loads(value)["schema"]["fields"][1]["fields"]}
-    assert fields["flag"]["type"] == "boolean" and fields["small"]["type"] == "int8"
+    assert fields["flag"]["type"] == "boolean" and fields["small"]["type"] == "int16"
     assert fields["e"]["parameters"] == {"allowed": "a,it's"}
     assert fields["b"]["parameters"] == {"length": "10"}
     assert fields["seen"]["name"] == "io.debezium.time.MicroTimestamp"
