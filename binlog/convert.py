@@ -8,7 +8,6 @@ same Python values a snapshot ``SELECT`` (session time zone UTC) yields:
 ==================  =================================  ==================================
 column              mysql-replication gives            we emit
 ==================  =================================  ==================================
-TINYINT(1)          int                                bool
 TIMESTAMP           naive datetime in UTC              UTC-aware datetime
 TIMESTAMP 0000-...  ``1970-01-01 00:00:00`` (epoch 0)  None, as the snapshot reads it
 DATE 2024-02-30     ValueError (kills the stream)      None, as the snapshot reads it
@@ -78,8 +77,6 @@ def value_converter(column: Column) -> Converter | None:
     The function is only called with non-NULL values.
     """
     t = column.data_type
-    if t == "tinyint" and str(arrow_type(column)) == "bool":
-        return bool
     if t == "timestamp":
         return _utc
     if t == "year":

@@ -140,8 +140,6 @@ def _signed_or_wider(signed: str, unsigned: str) -> Callable[[Column, DebeziumOp
 
 
 def _tinyint(c: Column, o: DebeziumOptions) -> Spec:
-    if c.column_type.startswith("tinyint(1)") and not c.unsigned:
-        return Spec("boolean", v.same, v.dec_bool_or_bit)
     return Spec("int16", v.same, v.dec_int)  # Debezium: TINYINT -> INT16, signed or not
 
 

@@ -60,15 +60,6 @@ def dec_float(v: Any) -> float:
     return float(v)
 
 
-def dec_bool_or_bit(v: Any) -> bool:
-    """A boolean; 0/1 too, since Debezium's default for TINYINT(1) is INT8."""
-    if isinstance(v, bool):
-        return v
-    if isinstance(v, int) and v in (0, 1):
-        return bool(v)
-    raise BadValue("boolean", v)
-
-
 # --- binary ----------------------------------------------------------------------------------
 
 

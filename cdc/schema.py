@@ -113,8 +113,6 @@ class TableSchema:
 def arrow_type(col: Column) -> pa.DataType:
     """The Arrow type a column's values travel as (the Spark type follows from it)."""
     t = col.data_type
-    if t == "tinyint" and col.column_type.startswith("tinyint(1)") and not col.unsigned:
-        return pa.bool_()
     if t == "tinyint":
         return pa.int16()  # Debezium's INT16; holds the unsigned range 0..255 too
     if t == "smallint":

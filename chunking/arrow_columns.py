@@ -102,8 +102,6 @@ def column_read(col: Column) -> ColumnRead:
         return ColumnRead(col, f"CAST({name} AS CHAR)", pa.string(), target)
     if t == "json":
         return ColumnRead(col, f"CAST({name} AS CHAR)", pa.string(), target)
-    if target == pa.bool_():
-        return ColumnRead(col, name, pa.int16(), target)
     return ColumnRead(col, name, target, target)
 
 

@@ -32,7 +32,7 @@ VALUE_COLUMNS = (
     Column("c_double", "double", "double", True),  # float64
     Column("c_str", "varchar", "varchar(40)", True),
     Column("c_bin", "varbinary", "varbinary(40)", True),
-    Column("c_bool", "tinyint", "tinyint(1)", True),  # bool
+    Column("c_bool", "tinyint", "tinyint(1)", True),  # int16 (a "boolean" column holds 0/1/...)
     Column("c_date", "date", "date", True),  # date32
     Column("c_dt", "datetime", "datetime(6)", True),  # timestamp[us]
     Column("c_ts", "timestamp", "timestamp(6)", True),  # timestamp[us, UTC]

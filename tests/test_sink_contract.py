@@ -315,13 +315,13 @@ EXTREMES = {
     "c_tiny": -32768, "c_int": 2**31 - 1, "c_big": -(2**63), "c_ubig": Decimal(2**64 - 1),
     "c_dec": Decimal("-9999999999999999999999999999.9999999999"), "c_float": 3.4028234663852886e38,
     "c_double": -1.7976931348623157e308, "c_str": "naïve 😀 \u00a0", "c_bin": b"\x00\xff",
-    "c_bool": False, "c_date": dt.date(1000, 1, 1), "c_dt": dt.datetime(9999, 12, 31, 23, 59, 59, 999999),
+    "c_bool": 0, "c_date": dt.date(1000, 1, 1), "c_dt": dt.datetime(9999, 12, 31, 23, 59, 59, 999999),
     "c_ts": dt.datetime(2038, 1, 19, 3, 14, 7, 999999, tzinfo=UTC),
     "c_time": -dt.timedelta(hours=838, minutes=59, seconds=59),
 }
 ORDINARY = {
     "c_tiny": 7, "c_int": 0, "c_big": 42, "c_ubig": Decimal(2**63), "c_dec": Decimal("0.0000000001"),
-    "c_float": 1.5, "c_double": 2.25, "c_str": "", "c_bin": b"", "c_bool": True,
+    "c_float": 1.5, "c_double": 2.25, "c_str": "", "c_bin": b"", "c_bool": 1,
     "c_date": dt.date(2024, 2, 29), "c_dt": dt.datetime(2024, 2, 29, 12, 0, 0, 123456),
     "c_ts": dt.datetime(1970, 1, 1, 0, 0, 1, tzinfo=UTC),
     "c_time": dt.timedelta(hours=838, minutes=59, seconds=59),
