@@ -70,7 +70,7 @@ class MySqlSourceConfig(_Model):
     startup_mode: StartupMode = Field(default="initial", description="`initial` (snapshot, then binlog), "
                                       "`snapshot` (snapshot only, then stop), `latest-offset` (binlog from now), "
                                       "`earliest-offset` (binlog from the oldest file), `specific-offset` "
-                                      "(binlog from `startup_offset`); `timestamp` is not supported yet")
+                                      "(binlog from `startup_offset`), `timestamp` (binlog from the first transaction at or after `startup_timestamp_ms`)")
     startup_offset: SpecificOffset | None = Field(default=None, description="`{file, pos}` for `specific-offset` "
                                                   "(a `gtid` start is not supported yet)")
     startup_timestamp_ms: int | None = Field(default=None, ge=0, description="epoch milliseconds for `timestamp`")
