@@ -94,6 +94,10 @@ def max_offset(a: BinlogOffset, b: BinlogOffset) -> BinlogOffset:
     return a if a.is_at_or_after(b) else b
 
 
+def min_offset(a: BinlogOffset, b: BinlogOffset) -> BinlogOffset:
+    return a if a.is_before(b) else b
+
+
 class ChangePosition(NamedTuple):
     """Where one row change sits: rows event start ``pos`` in ``file``, and ``row`` inside it."""
 

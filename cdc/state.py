@@ -15,6 +15,7 @@ lazily.
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from typing import Any
 
@@ -51,19 +52,18 @@ class StateStore:
 
     @property
     def fs(self) -> pafs.FileSystem:
+        """The filesystem, opened on first use (executors open their own)."""
         if self._fs is None:
             if "://" in self.root:
                 self._fs, self._base = pafs.FileSystem.from_uri(self.root)
             else:
-                import os
-
                 self._fs, self._base = pafs.LocalFileSystem(), os.path.abspath(self.root)
             self._fs.create_dir(self._base, recursive=True)
         return self._fs
 
     def path(self, rel: str) -> str:
-        fs = self.fs  # resolves _base
-        del fs
+        """The filesystem path of ``rel`` (opens the filesystem, which fixes the base)."""
+        self.fs  # noqa: B018
         return f"{self._base}/{rel}"
 
     # --- generic files -------------------------------------------------------------------

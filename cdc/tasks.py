@@ -16,6 +16,7 @@ same rows. Connections open here, never on the driver.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from cdc import faults
 from cdc.connection import ConnectionSettings
 from cdc.envelope import SnapshotSource, change_envelope, snapshot_envelope, split_key_changes
 from cdc.events import ChangeEvent
-from cdc.offsets import BinlogOffset
+from cdc.offsets import BinlogOffset, min_offset
 from cdc.schema import TableId, TableSchema
 from cdc.state import StateStore
 from cdc.stream_layout import StreamLayout
@@ -148,7 +149,7 @@ def _emit(items: list[EmitItem], part: CdcPartition, ctx: TaskContext, conn: Any
             orders[key] = KeyOrder(ctx.schemas[table].column(split.key_column), conn)
         lw = ctx.store.staged_low_watermark(table, item.split_id)
         fills.append(Backfill(split, lw, ctx.schemas[table], orders[key]))
-    low = min((f.low_watermark for f in fills), key=_offset_key)
+    low = functools.reduce(min_offset, (f.low_watermark for f in fills))
     if low.is_before(hw):
         reader = _binlog(part, ctx, (f.schema.table_id for f in fills), resources)
         for block in _blocks(reader.read(low, hw)):
@@ -224,7 +225,3 @@ def _blocks(changes: Iterable[ChangeEvent]) -> Iterator[list[ChangeEvent]]:
             block = []
     if block:
         yield block
-
-
-def _offset_key(offset: BinlogOffset) -> tuple[int, int]:
-    return (int(offset.file.rsplit(".", 1)[1]), offset.pos)

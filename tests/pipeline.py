@@ -10,6 +10,7 @@ The checks are the guarantees of shared/design/ARCHITECTURE.md:
 from __future__ import annotations
 
 import contextlib
+import functools
 import random
 import shutil
 import threading
@@ -27,7 +28,7 @@ from binlog.mysql import BinlogReaderConfig, MySqlBinlogReader, current_offset
 from cdc import faults
 from cdc.envelope import split_key_changes
 from cdc.job import BatchRecord, BatchWriter
-from cdc.offsets import BinlogOffset, ChangePosition
+from cdc.offsets import BinlogOffset, ChangePosition, max_offset
 from cdc.sandbox import Sandbox
 from cdc.schema import TableId, TableSchema
 from cdc.source import MySqlCdcDataSource
@@ -142,7 +143,7 @@ def assert_changelog_exact(p: Pipeline, table: str, schema: TableSchema) -> None
         assert not dup, f"{table}: keys read twice by the snapshot: {dup[:5]}"
     hw: dict[tuple[Any, ...], BinlogOffset] = {
         _identity(r["after"], key): BinlogOffset(r["source"]["file"], r["source"]["pos"]) for r in reads}
-    last_hw = max(hw.values(), key=lambda o: (int(o.file.rsplit(".", 1)[1]), o.pos)) if hw else p.started_at
+    last_hw = functools.reduce(max_offset, hw.values()) if hw else p.started_at
     events = Counter((r["source"]["file"], r["source"]["pos"], r["source"]["row"], r["op"]) for r in log if r["op"] != "r")
     twice = [e for e, n in events.items() if n > 1]
     assert not twice, f"{table}: changes written twice: {twice[:5]}"

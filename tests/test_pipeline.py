@@ -67,6 +67,8 @@ def test_snapshot_with_concurrent_writers_is_exact(pipeline: Pipeline, admin: An
     check_all(pipeline)
     reads = sum(1 for op in pipeline.changelog("t")["op"].to_pylist() if op == "r")
     assert sum(b.snapshot_rows for b in first + second) == reads, "snapshot rows went through executors"
+    leftovers = [p for p in pipeline.state_dir.rglob("*") if p.is_file() and ("staged" in p.parts or "chunks" in p.parts)]
+    assert not leftovers, f"state of committed batches was not cleaned up: {leftovers[:3]}"
 
 
 @pytest.mark.parametrize(("point", "after"), [
