@@ -1,0 +1,649 @@
+"""One measured phase of a pipeline benchmark, run in a child process of its own.
+
+Used by benchmarks/tpcds_customer.py. Each phase runs in a fresh Python process (so a Spark phase
+gets a fresh JVM and ``local[N]`` of its own, and peak memory is the phase's own) while the parent
+samples the peak RSS of every process in the child's tree (:class:`ChildPhase`).
+
+The child reads a JSON spec on stdin (so no password reaches a command line), prints events as
+lines ``@@ {json}`` on stdout and ends with a ``result`` event. Phase kinds:
+
+* ``pipeline``: the real job (``mysql-cdc`` source, :class:`cdc.job.BatchWriter`, Delta sink), as
+  tests/pipeline.py wires it; ``trigger`` is ``available-now`` or a processing-time interval
+  (``200 milliseconds``), stopped by SIGTERM. A ``batch`` event follows every committed batch,
+  with the time the driver spent committing snapshot files and writing change batches.
+* ``single``: one connection reading the whole table in key order (one ``SELECT ... ORDER BY``
+  through :func:`chunking.fetch.fetch_arrow`) streamed into one Delta table in one commit.
+* ``jdbc``: ``spark.read.jdbc`` partitioned on the key, written with ``df.write.parquet``.
+* ``decompose``: no Spark: the source's own stage and emit work (the executor side) on a few
+  chunks, in this process, plus the Parquet writing of :mod:`cdc.job`, timed and cProfiled.
+* ``binlog``: no Spark: the stream task's work on a binlog slice (decoding, then rows), cProfiled.
+
+The parent side: :class:`ChildPhase` (launch, events, memory), the writers that load the source
+while a phase runs (:func:`apply_burst`, :class:`MarkerWriter`) and :func:`visibility`, which reads
+both Delta logs to time each marked change from its commit in MariaDB to its mirror commit.
+
+Run directly only by the parent: ``python benchmarks/pipeline_bench.py < spec.json``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import cProfile
+import io
+import itertools
+import json
+import os
+import pstats
+import queue
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+MARK = "@@ "
+SAMPLE_S = 0.2
+
+
+def emit(event: str, **data: Any) -> None:
+    """Child: report an event to the parent."""
+    print(MARK + json.dumps({"event": event, **data}), flush=True)
+
+
+def top_functions(prof: cProfile.Profile, key: str = "cumulative", limit: int = 12) -> str:
+    """The ``limit`` top lines of a profile, as pstats prints them."""
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats(key).print_stats(limit)
+    text = out.getvalue()
+    return text[text.find("   ncalls"):].rstrip() if "   ncalls" in text else text
+
+
+# --- child: the phases -----------------------------------------------------------------------
+
+
+class _Timed:
+    """Accumulates the wall time of calls to a wrapped function."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn, self.seconds = fn, 0.0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return self.fn(*args, **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - started
+
+
+DRIVER_STEPS = {  # label -> (file suffix, function) whose cumulative time the profile reports
+    "foreachBatch": ("cdc/job.py", "__call__"),
+    "snapshot collect (source read + executors' Parquet)": ("sql/classic/dataframe.py", "collect"),
+    "changes toArrow": ("sql/classic/dataframe.py", "toArrow"),
+}
+
+
+def pipeline_phase(spec: dict[str, Any]) -> dict[str, Any]:
+    """The job's streaming query until available-now ends or SIGTERM; per-batch timings.
+
+    With ``sink: noop`` the stream goes to Spark's ``noop`` sink instead: the source alone.
+    """
+    import cdc.job
+    from cdc.job import BatchWriter
+    from cdc.source import MySqlCdcDataSource
+    from cdc.spark import local_session
+    from sinks.delta import DeltaSink, DeltaSinkConfig
+
+    spark = local_session("spark-cdc-bench", parallelism=spec["parallelism"],
+                          **{"spark.sql.streaming.numRecentProgressUpdates": "1000"})
+    spark.dataSource.register(MySqlCdcDataSource)
+    options = spec["options"]
+    sink = DeltaSink(DeltaSinkConfig(path=spec["lake"]), query_id=spec["query_id"])
+    sink_write = sink.write_batch = _Timed(sink.write_batch)  # type: ignore[method-assign]
+    commit = cdc.job.commit_snapshot_files = _Timed(cdc.job.commit_snapshot_files)
+    writer = BatchWriter(MySqlCdcDataSource(options).table_schemas(), sink)
+    prof = cProfile.Profile()
+
+    def write(df: Any, batch_id: int) -> None:
+        started, before = time.perf_counter(), (commit.seconds, sink_write.seconds)
+        prof.enable()  # foreachBatch runs on a py4j thread: profile it there
+        try:
+            writer(df, batch_id)
+        finally:
+            prof.disable()
+        r = writer.batches[-1]
+        emit("batch", batch_id=batch_id, seconds=time.perf_counter() - started, t=time.time(),
+             snapshot_rows=r.snapshot_rows, change_rows=r.change_rows,
+             commit_s=commit.seconds - before[0], sink_s=sink_write.seconds - before[1])
+
+    df = spark.readStream.format("mysql-cdc").options(**options).load()
+    stream = (df.writeStream.format("noop") if spec.get("sink") == "noop" else df.writeStream.foreachBatch(write))
+    stream = stream.option("checkpointLocation", spec["checkpoint"])
+    trigger = spec["trigger"]
+    stream = stream.trigger(availableNow=True) if trigger == "available-now" else stream.trigger(
+        processingTime=trigger)
+    seconds, progress = _run_query(stream)
+    spark.stop()
+    driver: dict[str, float] = {}
+    if writer.batches:  # else the noop sink ran: no foreachBatch call
+        driver = _cumulative(prof, DRIVER_STEPS)
+        driver.update(snapshot_commit=round(commit.seconds, 2), change_sink=round(sink_write.seconds, 2))
+    return {"seconds": seconds, "progress": summarize_progress(progress),
+            "input_rows": sum(p.get("numInputRows", 0) for p in progress),
+            "snapshot_rows": sum(b.snapshot_rows for b in writer.batches),
+            "change_rows": sum(b.change_rows for b in writer.batches),
+            "batches": len(writer.batches), "driver_seconds": driver,
+            "profile": top_functions(prof) if writer.batches else None}
+
+
+def _run_query(stream: Any) -> tuple[float, list[dict[str, Any]]]:
+    """Start the query; wait until it ends or SIGTERM asks to stop it. Seconds, progress."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    emit("ready")
+    started = time.perf_counter()
+    query = stream.start()
+    announced = False
+    while not query.awaitTermination(0.25):
+        if not announced and query.status["message"] == "Waiting for next trigger":
+            announced = True  # the first trigger is done: the query is up
+            emit("started", seconds=time.perf_counter() - started)
+        if stop.is_set():
+            query.stop()
+            break
+    seconds = time.perf_counter() - started
+    return seconds, [json.loads(p.json) for p in query.recentProgress]
+
+
+def _cumulative(prof: cProfile.Profile, steps: dict[str, tuple[str, str]]) -> dict[str, float]:
+    """Cumulative seconds of the named functions in a profile."""
+    out = dict.fromkeys(steps, 0.0)
+    for (path, _, func), row in pstats.Stats(prof).stats.items():  # type: ignore[attr-defined]
+        for label, (suffix, name) in steps.items():
+            if func == name and path.endswith(suffix):
+                out[label] += row[3]
+    return {k: round(v, 2) for k, v in out.items()}
+
+
+def summarize_progress(progress: list[dict[str, Any]]) -> dict[str, Any]:
+    """Spark's per-batch ``durationMs`` summed per step over the batches that ran (not idle triggers)."""
+    busy = [p for p in progress if "addBatch" in p.get("durationMs", {})]
+    steps: dict[str, float] = {}
+    for p in busy:
+        for key, ms in p.get("durationMs", {}).items():
+            steps[key] = steps.get(key, 0.0) + ms / 1000
+    trigger = [p["durationMs"].get("triggerExecution", 0) / 1000 for p in busy]
+    return {"batches": len(busy), "batches_with_rows": sum(p.get("numInputRows", 0) > 0 for p in busy),
+            "seconds_by_step": {k: round(v, 2) for k, v in sorted(steps.items())},
+            "batch_seconds_max": round(max(trigger, default=0.0), 2),
+            "batch_seconds_median": round(sorted(trigger)[len(trigger) // 2], 2) if trigger else 0.0}
+
+
+def single_phase(spec: dict[str, Any]) -> dict[str, Any]:
+    """One ``SELECT ... ORDER BY key`` on one connection, streamed into one Delta commit."""
+    from deltalake import write_deltalake
+
+    from cdc.connection import ConnectionSettings
+    from cdc.schema import TableId, load_table_schema, quote_ident
+    from chunking.fetch import choose_backend, fetch_arrow
+    from sinks.changes import mirror_schema
+
+    cdc = ConnectionSettings(**spec["cdc"])
+    with contextlib.closing(cdc.connect()) as conn:
+        schema = load_table_schema(conn, TableId(spec["database"], spec["table"]))
+    target, key = mirror_schema(schema), schema.primary_key[0]
+    rows = 0
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        nonlocal rows
+        order = f"TRUE ORDER BY {quote_ident(key)}"
+        for b in fetch_arrow(cdc, schema, order, backend=spec["backend"]):
+            rows += b.num_rows
+            yield pa.RecordBatch.from_arrays(b.columns, schema=target)
+
+    emit("ready")
+    started = time.perf_counter()
+    write_deltalake(spec["out"], pa.RecordBatchReader.from_batches(target, batches()), mode="overwrite")
+    return {"seconds": time.perf_counter() - started, "rows": rows,
+            "backend": choose_backend(schema, spec["backend"]).name}
+
+
+def jdbc_phase(spec: dict[str, Any]) -> dict[str, Any]:
+    """``spark.read.jdbc`` with numPartitions on the key range, written as Parquet by the JVM."""
+    from cdc.spark import local_session
+
+    p = spec["parallelism"]
+    spark = local_session("spark-cdc-bench-jdbc", parallelism=p, **{"spark.jars": spec["jar"]})
+    props = {"user": spec["user"], "password": spec["password"], "driver": "org.mariadb.jdbc.Driver",
+             "fetchsize": str(spec["fetchsize"])}
+    spark.read.jdbc(spec["url"], spec["table"], properties=props).schema  # noqa: B018  (load the driver)
+    emit("ready")
+    started = time.perf_counter()
+    df = spark.read.jdbc(spec["url"], spec["table"], column=spec["key"], lowerBound=spec["lower"],
+                         upperBound=spec["upper"], numPartitions=p, properties=props)
+    df.write.mode("overwrite").parquet(spec["out"])
+    seconds = time.perf_counter() - started
+    spark.stop()
+    files = sorted(Path(spec["out"]).glob("*.parquet"))
+    return {"seconds": seconds, "rows": sum(pq.ParquetFile(f).metadata.num_rows for f in files),
+            "files": len(files), "bytes": sum(f.stat().st_size for f in files)}
+
+
+def decompose_phase(spec: dict[str, Any]) -> dict[str, Any]:
+    """The executor-side work of some chunks without Spark: stage, emit, write Parquet."""
+    from cdc.source import MySqlCdcDataSource
+    from cdc.tasks import EmitItem
+    from sinks.delta import DeltaSinkConfig
+    from sinks.delta_files import write_snapshot_files
+
+    source = MySqlCdcDataSource(spec["options"])
+    reader: Any = source.streamReader(None)
+    config, schemas = DeltaSinkConfig(path=spec["lake"]), source.table_schemas()
+    _warm_up(reader.context.settings, next(iter(schemas.values())))
+    start = reader.initialOffset()
+    staged = reader.latestOffset(start, None)  # plans: splits the chunks, writes their bounds
+    emitting = reader.latestOffset(staged, None)
+    seconds = {"stage": 0.0, "emit": 0.0, "parquet": 0.0}
+    rows, prof = 0, cProfile.Profile()
+    emit("ready")
+    prof.enable()
+    for part in reader.partitions(start, staged):
+        began = time.perf_counter()
+        list(reader.read(part))
+        seconds["stage"] += time.perf_counter() - began
+    for part in reader.partitions(staged, emitting):
+        if not all(isinstance(i, EmitItem) for i in part.items):
+            continue  # the next batch's stage work
+        began = time.perf_counter()
+        batches = list(reader.read(part))
+        seconds["emit"] += time.perf_counter() - began
+        began = time.perf_counter()
+        emitted = pa.Table.from_batches(batches)  # as cdc.job does on an executor
+        for table_id, schema in schemas.items():
+            write_snapshot_files(config, schema, reader.context.layout.from_stream(table_id, emitted))
+        seconds["parquet"] += time.perf_counter() - began
+        rows += sum(b.num_rows for b in batches)
+    prof.disable()
+    reader.stop()
+    chunks = sum(hi - lo for lo, hi in staged["stage"].values())
+    return {"chunks": chunks, "rows": rows, "seconds": seconds,
+            "profile_tottime": top_functions(prof, "tottime", 15),
+            "profile_cumulative": top_functions(prof, "cumulative", 15)}
+
+
+def binlog_phase(spec: dict[str, Any]) -> dict[str, Any]:
+    """The stream task's work without Spark: read a binlog slice, build the stream's rows."""
+    from binlog.mysql import BinlogReaderConfig, MySqlBinlogReader
+    from cdc.connection import ConnectionSettings
+    from cdc.envelope import change_envelope, split_key_changes
+    from cdc.offsets import BinlogOffset
+    from cdc.schema import TableId, load_table_schema
+    from cdc.stream_layout import StreamLayout
+    from cdc.tasks import EVENT_BLOCK
+
+    cdc = ConnectionSettings(**spec["cdc"])
+    table = TableId(spec["database"], spec["table"])
+    with contextlib.closing(cdc.connect()) as conn:
+        schema = load_table_schema(conn, table)
+    layout, limit = StreamLayout([schema]), spec["max_changes"]
+    _warm_up(cdc, schema)
+    config = BinlogReaderConfig(connection=cdc, server_id=spec["server_id"], tables=(table,))
+    seconds, changes, block, prof = {"binlog": 0.0, "rows": 0.0}, 0, [], cProfile.Profile()
+    emit("ready")
+    prof.enable()
+    with MySqlBinlogReader(config) as reader:
+        events = iter(reader.read(BinlogOffset.from_dict(spec["start"]), BinlogOffset.from_dict(spec["end"])))
+        while changes < limit:
+            began = time.perf_counter()
+            block = [e for _, e in zip(range(EVENT_BLOCK), events, strict=False)]
+            seconds["binlog"] += time.perf_counter() - began
+            if not block:
+                break
+            began = time.perf_counter()  # as cdc.tasks does for each block of the slice
+            layout.to_stream(table, change_envelope(schema, split_key_changes(block, schema.primary_key),
+                                                    name="bench")).to_batches()
+            seconds["rows"] += time.perf_counter() - began
+            changes += len(block)
+    prof.disable()
+    return {"changes": changes, "seconds": seconds, "profile_tottime": top_functions(prof, "tottime", 15)}
+
+
+def _warm_up(settings: Any, schema: Any) -> None:
+    """Load what a Python worker loads once (fetch driver, pandas via pyarrow): not per chunk."""
+    import pandas  # type: ignore[import-untyped]  # noqa: F401  (pyarrow loads it on first use)
+
+    from chunking.fetch import fetch_arrow
+
+    list(fetch_arrow(settings, schema, "FALSE"))
+
+
+PHASES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "pipeline": pipeline_phase, "single": single_phase, "jdbc": jdbc_phase,
+    "decompose": decompose_phase, "binlog": binlog_phase,
+}
+
+
+def child_main() -> None:
+    spec = json.loads(sys.stdin.read())
+    emit("result", **PHASES[spec["kind"]](spec))
+
+
+# --- parent: launching a phase and watching its memory -----------------------------------------
+
+
+def _status_kib(pid: int, field_name: str) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field_name + ":"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _role(proc: Any, root: int) -> str:
+    if proc.pid == root:
+        return "driver"
+    name = proc.name()
+    if name == "java":
+        return "jvm"
+    if any("python_streaming_source_runner" in a for a in proc.cmdline()):
+        return "source planner"  # the stream reader's driver side, a Python process of its own
+    return "python workers" if name.startswith("python") else f"other ({name})"
+
+
+@dataclass
+class RssPeaks:
+    """Peak memory (MiB) of a phase's processes, by role, and of the database server."""
+
+    by_role: dict[str, float] = field(default_factory=dict)  # the largest single process
+    workers_total: float = 0.0  # the most RSS the Python workers held at one moment
+    tree_total: float = 0.0  # the most RSS the whole tree held at one moment
+    mariadbd: float = 0.0  # the server's RSS, highest sample during the phase
+
+    def sample(self, root: int, server_pid: int | None) -> None:
+        import psutil  # type: ignore[import-untyped]
+
+        try:
+            procs = [psutil.Process(root), *psutil.Process(root).children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return
+        workers = tree = 0.0
+        for proc in procs:
+            with contextlib.suppress(psutil.Error):
+                role, rss = _role(proc, root), _status_kib(proc.pid, "VmRSS") / 1024
+                hwm = _status_kib(proc.pid, "VmHWM") / 1024
+                self.by_role[role] = max(self.by_role.get(role, 0.0), hwm)
+                tree += rss
+                workers += rss if role == "python workers" else 0.0
+        self.workers_total = max(self.workers_total, workers)
+        self.tree_total = max(self.tree_total, tree)
+        if server_pid:
+            self.mariadbd = max(self.mariadbd, _status_kib(server_pid, "VmRSS") / 1024)
+
+    def to_dict(self) -> dict[str, float]:
+        d: dict[str, float] = {k: round(v) for k, v in sorted(self.by_role.items())}
+        d.update(workers_total=round(self.workers_total), tree_total=round(self.tree_total),
+                 mariadbd=round(self.mariadbd))
+        return d
+
+
+class PhaseFailed(RuntimeError):
+    """A phase's child process failed; the message holds the tail of its log."""
+
+
+class ChildPhase:
+    """Run one phase in a child process, sampling memory until it reports its result.
+
+    Args:
+        spec: the phase spec (``kind`` and its settings); sent on the child's stdin.
+        log_path: where the child's stderr goes (Spark's log).
+        server_pid: the database server's pid, sampled too.
+    """
+
+    def __init__(self, spec: dict[str, Any], log_path: Path, server_pid: int | None) -> None:
+        env = {**os.environ, "SPARK_CDC_SPARK_LOG_LEVEL": os.environ.get("SPARK_CDC_SPARK_LOG_LEVEL", "ERROR")}
+        self.log_path = log_path
+        self._log = open(log_path, "w")  # noqa: SIM115  (closed in wait)
+        self.proc = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self._log, text=True, env=env)
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(spec))
+        self.proc.stdin.close()
+        self.events: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self.rss, self.server_pid = RssPeaks(), server_pid
+        self._done = threading.Event()
+        threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=self._sample, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith(MARK):
+                self.events.put(json.loads(line[len(MARK):]))
+        self.events.put(None)
+
+    def _sample(self) -> None:
+        while not self._done.is_set():
+            self.rss.sample(self.proc.pid, self.server_pid)
+            self._done.wait(SAMPLE_S)
+
+    def stop(self) -> None:
+        """Ask a continuous phase to stop its query (SIGTERM to the child only)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+
+    def wait(self, on_event: Callable[[dict[str, Any]], None] | None = None,
+             timeout: float = 3600.0) -> dict[str, Any]:
+        """Pass each event to ``on_event`` until the result arrives; return the result.
+
+        Raises:
+            PhaseFailed: the child exited without a result, or ``timeout`` passed.
+        """
+        deadline, result = time.monotonic() + timeout, None
+        try:
+            while result is None:
+                try:
+                    event = self.events.get(timeout=max(0.1, deadline - time.monotonic()))
+                except queue.Empty:
+                    raise PhaseFailed(f"phase timed out after {timeout:.0f}s; log: {self.log_path}") from None
+                if event is None:
+                    raise PhaseFailed(f"phase exited with code {self.proc.wait()}:\n{self._tail()}")
+                if event["event"] == "result":
+                    result = event
+                elif on_event is not None:
+                    on_event(event)
+            self.proc.wait(timeout=120)
+            return result
+        finally:
+            self._done.set()
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            self._log.close()
+
+    def _tail(self) -> str:
+        lines = self.log_path.read_text(errors="replace").splitlines()
+        return "\n".join(lines[-40:])
+
+
+# --- parent: writes to the source, and when they became visible in Delta -------------------------
+
+MARKER_BASE = 1_000_000_000  # markers are MARKER_BASE + sequence number (TPC-DS values are < 3M)
+
+
+def apply_burst(admin: Any, table: Any, updates: int, per_statement: int = 1000) -> tuple[int, float]:
+    """Update ``updates`` rows in key-range statements of ``per_statement`` rows; changed rows, s.
+
+    Every row changes (c_birth_day moves to another day), so each is one binlog row change. Keys
+    are 1..table.rows (TPC-DS surrogate keys); past the end the ranges start over.
+    """
+    changed, done, started = 0, 0, time.perf_counter()
+    with contextlib.closing(admin.connect(table.database)) as conn, conn.cursor() as cur:
+        while done < updates:
+            lo = done % table.rows + 1
+            hi = min(lo + min(per_statement, updates - done) - 1, table.rows)
+            cur.execute(f"UPDATE `{table.table}` SET `c_birth_day` = MOD(COALESCE(`c_birth_day`, 0), 28) + 1"
+                        f" WHERE `c_customer_sk` BETWEEN {lo} AND {hi}")
+            changed += cur.rowcount
+            done += hi - lo + 1
+    return changed, time.perf_counter() - started
+
+
+class MarkerWriter(threading.Thread):
+    """Single-row UPDATEs at ``rate``/s for ``seconds``, each writing a unique marker.
+
+    Update ``i`` is due at ``i / rate`` s after the start; it sets c_last_review_date_sk =
+    MARKER_BASE + i on a random key, and ``commit_ms[i]`` is the wall-clock time its autocommit
+    returned. ``connections`` connections take turns, so one slow commit does not hold the others.
+    """
+
+    def __init__(self, admin: Any, table: Any, rate: float, seconds: float, connections: int = 4) -> None:
+        super().__init__(name="marker-writer", daemon=True)
+        self.admin, self.table, self.rate, self.seconds = admin, table, rate, seconds
+        self.connections = connections
+        self.commit_ms: dict[int, float] = {}
+        self.finished = threading.Event()
+        self._stopping = threading.Event()
+        self._sequence = itertools.count()
+        self.error: str | None = None
+        self.elapsed = 0.0
+
+    def run(self) -> None:
+        started = time.perf_counter()
+        workers = [threading.Thread(target=self._write, args=(started, random.Random(i)), daemon=True)
+                   for i in range(self.connections)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        self.elapsed = time.perf_counter() - started
+        self.finished.set()
+
+    def _write(self, started: float, rng: random.Random) -> None:
+        sql = (f"UPDATE `{self.table.table}` SET `c_last_review_date_sk` = %s "
+               "WHERE `c_customer_sk` = %s")
+        try:
+            with contextlib.closing(self.admin.connect(self.table.database)) as conn, \
+                    conn.cursor() as cur:
+                while not self._stopping.is_set():
+                    seq = next(self._sequence)
+                    due = started + seq / self.rate
+                    if due - started >= self.seconds:
+                        return
+                    if due > time.perf_counter():
+                        self._stopping.wait(due - time.perf_counter())
+                    cur.execute(sql, (MARKER_BASE + seq, rng.randint(1, self.table.rows)))
+                    self.commit_ms[seq] = time.time() * 1000
+        except Exception as exc:  # reported with the counts
+            self.error = repr(exc)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self.is_alive():
+            self.join()
+
+
+def stop_when_caught_up(child: ChildPhase, writer: MarkerWriter, seen: list[int], timeout: float) -> None:
+    """Stop ``child`` once it wrote as many changes as ``writer`` made (or ``timeout`` passed)."""
+    deadline = time.monotonic() + timeout
+    writer.finished.wait(timeout)
+    while time.monotonic() < deadline and sum(seen) < len(writer.commit_ms):
+        time.sleep(0.1)
+    child.stop()
+
+
+@dataclass
+class _Commit:
+    batch: int | None  # the batch id of the sink's app transaction
+    ms: float  # when the log file appeared (its mtime), epoch ms
+    adds: list[str]
+    metrics: dict[str, Any]
+
+
+def _commits(table_dir: Path) -> Iterator[_Commit]:
+    """Every version in a Delta table's log, read straight from ``_delta_log``."""
+    from urllib.parse import unquote
+
+    for f in sorted((table_dir / "_delta_log").glob("*.json")):
+        commit = _Commit(None, f.stat().st_mtime_ns / 1e6, [], {})
+        for line in f.read_text().splitlines():
+            action = json.loads(line)
+            if "txn" in action and action["txn"]["appId"].endswith("/batch"):
+                commit.batch = int(action["txn"]["version"])
+            if "add" in action:
+                commit.adds.append(unquote(action["add"]["path"]))
+            if "commitInfo" in action:
+                commit.metrics = action["commitInfo"].get("operationMetrics", {})
+        yield commit
+
+
+def _marker_batches(changelog: Path) -> dict[int, tuple[int, float]]:
+    """marker sequence number -> (batch id, changelog commit ms), from the changelog's files."""
+    out: dict[int, tuple[int, float]] = {}
+    for c in _commits(changelog):
+        if c.batch is None:
+            continue
+        batch, ms = c.batch, c.ms
+        for path in c.adds:
+            rows = pq.read_table(changelog / path, columns=["op", "after"])
+            after = rows["after"].combine_chunks()
+            marks = after.field("c_last_review_date_sk").to_pylist()
+            for op, mark in zip(rows["op"].to_pylist(), marks, strict=True):
+                if op == "u" and mark is not None and mark >= MARKER_BASE:
+                    out.setdefault(mark - MARKER_BASE, (batch, ms))
+    return out
+
+
+def _quantile(sorted_values: list[float], q: float) -> float:
+    return round(sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))], 3)
+
+
+def visibility(db_dir: Path, table: str, writer: MarkerWriter, warmup_s: float) -> dict[str, Any]:
+    """How long each marker took from its commit in MariaDB to the mirror commit that holds it.
+
+    The changelog names the batch that carried a change; the mirror's commit of that batch (its
+    ``_delta_log`` file time) is when readers of the mirror could see it. Changes of the first
+    ``warmup_s`` seconds are left out of the quantiles (Spark's first batches start its Python
+    workers); their worst case is reported apart.
+    """
+    mirror = {c.batch: c for c in _commits(db_dir / table) if c.batch is not None}
+    mirror_ms = {b: c.ms for b, c in mirror.items()}
+    carried = _marker_batches(db_dir / f"{table}_changelog")
+    rewritten = [int(mirror[b].metrics.get("num_target_rows_copied", 0))
+                 for b in sorted({b for b, _ in carried.values() if b in mirror})]
+    measured_from = min(writer.commit_ms.values(), default=0.0) + 1000 * warmup_s
+    mirror_lat, log_lat, warm, missing = [], [], [], 0
+    for seq, committed in sorted(writer.commit_ms.items()):
+        if seq not in carried or carried[seq][0] not in mirror_ms:
+            missing += 1
+            continue
+        seconds = (mirror_ms[carried[seq][0]] - committed) / 1000
+        if committed < measured_from:
+            warm.append(seconds)
+            continue
+        mirror_lat.append(seconds)
+        log_lat.append((carried[seq][1] - committed) / 1000)
+    mirror_lat.sort()
+    log_lat.sort()
+    made = len(writer.commit_ms)
+    return {"changes": made, "achieved_rate": round(made / writer.elapsed if made else 0.0),
+            "missing": missing, "writer_error": writer.error, "warmup_s": warmup_s,
+            "warmup_changes": len(warm), "warmup_max_s": round(max(warm, default=0.0), 3),
+            "measured_changes": len(mirror_lat),
+            **{f"p{q}_s": _quantile(mirror_lat, q / 100) if mirror_lat else None for q in (50, 90, 99)},
+            "max_s": round(mirror_lat[-1], 3) if mirror_lat else None,
+            "changelog_p50_s": _quantile(log_lat, 0.5) if log_lat else None,
+            "merge_rows_copied_per_batch": rewritten}
+
+
+if __name__ == "__main__":
+    child_main()

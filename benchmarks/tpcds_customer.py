@@ -1,0 +1,554 @@
+"""The headline benchmark: TPC-DS ``customer`` from MariaDB into Delta, against the limit and peers.
+
+Run: ``.venv/bin/python benchmarks/tpcds_customer.py [--scale 100] [--quick | --full] [--keep]``
+(``make bench`` runs the default at scale 100). Scale 100 is 2,000,000 rows: about 6 minutes on
+2 cores (``--quick`` about 4, ``--full`` about 10). Scale 1000 is 12,000,000 rows and scale
+10000 is 65,000,000 (``tpcgen-cli``'s customer counts): far longer, and the sandbox's 1 GiB
+buffer pool no longer holds the table above scale 100, so reads then hit the disk.
+
+Starts a throwaway mariadbd, generates and loads ``customer`` (primary key c_customer_sk; see
+benchmarks/tpcds.py) and measures, in one run on the same data:
+
+* **limit**: ``mariadb --quick -e 'SELECT * FROM customer' > /dev/null`` (after a warm-up scan,
+  timed first and last; ratios use the fastest: the machine is shared and its load drifts);
+* **single reader**: one connection, ``SELECT ... ORDER BY c_customer_sk`` through our fetch layer
+  (connectorx), streamed into one Delta table (``write_deltalake``, one commit): the Flink CDC 1.x /
+  Debezium-style snapshot. It writes the mirror only; ours writes mirror and changelog;
+* **Spark JDBC peer**: ``spark.read.jdbc`` partitioned on c_customer_sk over MIN..MAX with
+  numPartitions = parallelism (MariaDB Connector/J, streaming ``fetchsize``), written by the JVM
+  with ``df.write.parquet``: the files delta-spark would write, without its JSON commit (no
+  delta-spark jars here). Its best case: no Python, no changelog;
+* **ours**: the snapshot phase of the real job (available-now run, startup mode ``initial``) into
+  the Delta mirror and changelog, per parallelism, with ``chunks_per_batch`` at its default
+  (4 x parallelism) and at ``--chunks-per-batch`` (32), and (``--full``) under ``--write-rate``
+  (100) random single-row updates/s;
+* **binlog catch-up**: after the snapshot, a burst of ``--burst`` updates (UPDATE ... WHERE key
+  BETWEEN a AND b, 1,000 rows each), then one available-now run: row changes/s into both tables;
+* **visibility latency**: a continuous run (``--trigger``) while single-row updates commit at
+  ``--latency-rate``/s, each writing a unique marker into c_last_review_date_sk; a change is
+  visible when the mirror commit of the batch that carries it lands (the changelog says which
+  batch, the mirror's ``_delta_log`` file time says when) -> p50/p99;
+* peak RSS (VmHWM) of every process of each phase: driver, JVM, Python workers, mariadbd;
+* where the time goes: Spark's per-step batch durations, the driver's foreachBatch profile
+  (cProfile: Spark jobs, Delta commits), a fit of batch time = fixed + rows/rate over the two
+  batch sizes, the executor-side work (stage, emit, Parquet) of 16 chunks and the stream task's
+  work (binlog decoding, rows) on 20k changes run without Spark and cProfiled; with ``--full``
+  also the source alone into Spark's ``noop`` sink.
+
+Phases: the default runs parallelism 2 with chunks_per_batch 8 (the default) and 32; ``--full``
+adds parallelism 1, the snapshot under writes and the noop run; ``--quick`` drops the second batch
+size, bursts 100k updates and measures latency for 10 s.
+
+Prints a table, writes ``benchmarks/results/tpcds_customer-<date>-sf<scale>[-full|-quick].json``
+and a PNG bar chart next to it. The machine is shared: each line notes the load average at its
+start. Targets (reported, never asserted): ours at parallelism 2 >= 0.5x the limit and >= 1.2x the
+JDBC peer; catch-up >= 100k changes/s; visibility p50 <= 2 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any, cast
+
+import deltalake
+from chunk_reader import Writer
+from pipeline_bench import ChildPhase, MarkerWriter, apply_burst, stop_when_caught_up, visibility
+from select_readers import raw_scan, timed
+from tpcds import CUSTOMER_ROWS_PER_SCALE, CustomerTable, customer_sandbox
+
+from binlog.mysql import current_offset
+
+RESULTS = Path(__file__).with_name("results")
+JAR = "/usr/share/java/mariadb-java-client.jar"
+KEY = "c_customer_sk"
+SERVER_IDS = "5400-5409"
+TARGETS = {"snapshot_vs_limit": 0.5, "snapshot_vs_jdbc": 1.2, "catch_up_per_s": 100_000,
+           "latency_p50_s": 2.0}
+
+
+@dataclass
+class Line:
+    """One measurement: a row of the printed table."""
+
+    name: str
+    kind: str  # limit | peer | ours | catch-up
+    rows: int
+    seconds: float
+    load: float
+    parallelism: int = 0
+    rss: dict[str, float] = field(default_factory=dict)
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def rate(self) -> float:
+        return self.rows / self.seconds if self.seconds else 0.0
+
+
+def server_pid(port: int) -> int | None:
+    """The pid of the sandbox's mariadbd (its command line names its port)."""
+    import psutil  # type: ignore[import-untyped]
+
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        if proc.info["name"] == "mariadbd" and f"--port={port}" in (proc.info["cmdline"] or []):
+            return int(proc.pid)
+    return None
+
+
+def load() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+class Bench:
+    """Runs every phase against one loaded table and collects the lines."""
+
+    def __init__(self, table: CustomerTable, args: argparse.Namespace, work: Path) -> None:
+        self.table, self.args, self.work = table, args, work
+        self.pid = server_pid(table.box.admin.port)
+        self.lines: list[Line] = []
+        self.facts: dict[str, Any] = {}
+
+    def start(self, slug: str, spec: dict[str, Any]) -> ChildPhase:
+        return ChildPhase(spec, self.work / f"{slug}.log", self.pid)
+
+    def add(self, line: Line) -> Line:
+        self.lines.append(line)
+        print(f"  {line.name:<44} {line.rows:>10,} rows {line.seconds:>7.2f}s {line.rate:>10,.0f}/s"
+              f"  load {line.load}", flush=True)
+        return line
+
+    # --- the limit and the peers ---------------------------------------------------------------
+
+    def raw_scan(self, name: str) -> None:
+        cdc, t = self.table.box.cdc, self.table
+        query = [f"SELECT * FROM `{t.database}`.`{t.table}`"]
+        started_load = load()
+        _, seconds = timed(partial(raw_scan, cdc, query), 1)
+        self.add(Line(name, "limit", t.rows, seconds, started_load, 1))
+
+    def single_reader(self) -> None:
+        t = self.table
+        spec = {"kind": "single", "cdc": asdict(t.box.cdc), "database": t.database, "table": t.table,
+                "out": str(self.work / "single" / "customer"), "backend": self.args.backend}
+        started_load, child = load(), self.start("single", spec)
+        r = child.wait()
+        self.add(Line("single reader (ORDER BY key -> Delta)", "peer", r["rows"], r["seconds"],
+                      started_load, 1, child.rss.to_dict(), {"backend": r["backend"]}))
+
+    def jdbc(self, p: int) -> None:
+        t, cdc = self.table, self.table.box.cdc
+        with contextlib.closing(cdc.connect(t.database)) as conn, conn.cursor() as cur:
+            cur.execute(f"SELECT MIN(`{KEY}`), MAX(`{KEY}`) FROM `{t.table}`")
+            lo, hi = cur.fetchone() or (1, t.rows)
+        spec = {"kind": "jdbc", "jar": JAR, "url": f"jdbc:mysql://{cdc.host}:{cdc.port}/{t.database}",
+                "table": t.table, "key": KEY, "lower": int(lo), "upper": int(hi), "parallelism": p,
+                "user": cdc.user, "password": cdc.password, "fetchsize": self.args.jdbc_fetchsize,
+                "out": str(self.work / f"jdbc-p{p}")}
+        started_load, child = load(), self.start(f"jdbc-p{p}", spec)
+        r = child.wait()
+        self.add(Line(f"Spark JDBC peer p={p} (-> Parquet)", "peer", r["rows"], r["seconds"],
+                      started_load, p, child.rss.to_dict(), {"files": r["files"], "bytes": r["bytes"]}))
+
+    # --- ours ----------------------------------------------------------------------------------
+
+    def options(self, job: Path, p: int, cpb: int, mode: str = "initial") -> dict[str, str]:
+        c, t = self.table.box.cdc, self.table
+        return {"hostname": c.host, "port": str(c.port), "username": c.user, "password": c.password,
+                "tables": f"{t.database}\\.{t.table}", "state_dir": str(job / "checkpoint_state"),
+                "parallelism": str(p), "chunk_size": str(self.args.chunk_size),
+                "chunks_per_batch": str(cpb), "server_id": SERVER_IDS, "startup_mode": mode}
+
+    def pipeline_spec(self, job: Path, p: int, cpb: int, trigger: str = "available-now",
+                      sink: str = "delta") -> dict[str, Any]:
+        return {"kind": "pipeline", "parallelism": p, "options": self.options(job, p, cpb),
+                "lake": str(job / "lake"), "checkpoint": str(job / "checkpoint"),
+                "query_id": job.name, "trigger": trigger, "sink": sink}
+
+    def snapshot(self, p: int, cpb: int, write_rate: float = 0.0) -> Path:
+        """One available-now run from nothing: the snapshot (plus the writes' changes)."""
+        slug = f"ours-p{p}-cpb{cpb}" + (f"-w{write_rate:g}" if write_rate else "")
+        job = self.work / slug
+        writer = Writer(self.table.box.admin, self.table, write_rate) if write_rate else None
+        started_load, child = load(), self.start(slug, self.pipeline_spec(job, p, cpb))
+
+        def on_event(event: dict[str, Any]) -> None:
+            if event["event"] == "ready" and writer is not None:
+                writer.start()
+
+        try:
+            r = child.wait(on_event)
+        finally:
+            if writer is not None and writer.is_alive():
+                writer.stop()
+        mirror = self.mirror_rows(job)
+        name = f"ours p={p}, {cpb} chunks/batch" + (f", {write_rate:g} upd/s" if write_rate else "")
+        detail = _pipeline_detail(r)
+        detail.update(mirror_rows=mirror, mirror_ok=mirror == self.table.rows, chunks_per_batch=cpb)
+        if writer is not None:
+            detail["writes"] = {"updates": writer.updates, "seconds": round(writer.seconds, 1),
+                                "error": writer.error}
+        self.add(Line(name, "ours", r["snapshot_rows"], r["seconds"], started_load, p,
+                      child.rss.to_dict(), detail))
+        return job
+
+    def source_only(self, p: int, cpb: int) -> None:
+        """The snapshot into Spark's noop sink: the source and Spark alone, no Delta writing."""
+        slug = f"source-only-p{p}-cpb{cpb}"
+        started_load, child = load(), self.start(slug, self.pipeline_spec(self.work / slug, p, cpb, sink="noop"))
+        r = child.wait()
+        self.add(Line(f"(profile) source only p={p}, {cpb}/batch -> noop", "profile",
+                      r["input_rows"], r["seconds"], started_load, p, child.rss.to_dict(),
+                      {"progress": r["progress"]}))
+
+    def mirror_rows(self, job: Path) -> int:
+        t = self.table
+        return int(deltalake.DeltaTable(str(job / "lake" / t.database / t.table)).to_pyarrow_dataset().count_rows())
+
+    def decompose(self) -> None:
+        """The executor-side work of some chunks, without Spark (what Spark adds is the rest)."""
+        job = self.work / "decompose"
+        spec = {"kind": "decompose", "lake": str(job / "lake"),
+                "options": self.options(job, 1, self.args.decompose_chunks, mode="snapshot")}
+        r = self.start("decompose", spec).wait()
+        per_chunk = {k: round(1000 * v / r["chunks"], 1) for k, v in r["seconds"].items()}
+        total = sum(r["seconds"].values())
+        self.facts["executor_work_without_spark"] = {
+            "chunks": r["chunks"], "rows": r["rows"], "ms_per_chunk": per_chunk,
+            "rows_per_s_one_core": round(r["rows"] / total) if total else 0,
+            "profile_tottime": r["profile_tottime"], "profile_cumulative": r["profile_cumulative"]}
+        print(f"  executor work without Spark, {r['chunks']} chunks: ms/chunk {per_chunk}, "
+              f"{r['rows'] / total:,.0f} rows/s on one core", flush=True)
+
+    # --- after the snapshot --------------------------------------------------------------------
+
+    def binlog_position(self) -> dict[str, Any]:
+        with contextlib.closing(self.table.box.admin.connect()) as conn:
+            return current_offset(conn).to_dict()
+
+    def catch_up(self, job: Path, p: int, cpb: int) -> None:
+        start = self.binlog_position()
+        changed, seconds = apply_burst(self.table.box.admin, self.table, self.args.burst)
+        self.facts["burst"] = {"updates": changed, "seconds": round(seconds, 2),
+                               "server_rows_per_s": round(changed / seconds)}
+        end = self.binlog_position()
+        started_load, child = load(), self.start(f"catch-up-p{p}", self.pipeline_spec(job, p, cpb))
+        r = child.wait()
+        detail = _pipeline_detail(r)
+        detail.update(expected_changes=changed, changes_ok=r["change_rows"] == changed)
+        self.add(Line(f"binlog catch-up p={p} ({changed:,} updates)", "catch-up", r["change_rows"],
+                      r["seconds"], started_load, p, child.rss.to_dict(), detail))
+        self.decompose_binlog(start, end)
+
+    def decompose_binlog(self, start: dict[str, Any], end: dict[str, Any]) -> None:
+        """The stream task's work on the burst, without Spark: binlog parsing, then rows."""
+        t = self.table
+        spec = {"kind": "binlog", "cdc": asdict(t.box.cdc), "database": t.database, "table": t.table,
+                "server_id": 5409, "start": start, "end": end, "max_changes": 20_000}
+        r = self.start("decompose-binlog", spec).wait()
+        total = sum(r["seconds"].values())
+        self.facts["stream_work_without_spark"] = {
+            "changes": r["changes"], "seconds": {k: round(v, 2) for k, v in r["seconds"].items()},
+            "changes_per_s_one_core": round(r["changes"] / total) if total else 0,
+            "profile_tottime": r["profile_tottime"]}
+        print(f"  stream work without Spark, {r['changes']:,} changes: {r['seconds']}, "
+              f"{r['changes'] / total:,.0f} changes/s on one core", flush=True)
+
+    def latency(self, job: Path, p: int, cpb: int) -> None:
+        a = self.args
+        writer = MarkerWriter(self.table.box.admin, self.table, a.latency_rate,
+                              a.latency_warmup + a.latency_seconds)
+        seen: list[int] = []
+        batches: list[dict[str, Any]] = []
+        child = self.start(f"latency-p{p}", self.pipeline_spec(job, p, cpb, trigger=a.trigger))
+
+        def on_event(event: dict[str, Any]) -> None:
+            if event["event"] == "started" and not writer.is_alive() and not writer.finished.is_set():
+                writer.start()  # the query is up and idle: changes from now on are timed
+            elif event["event"] == "batch":
+                batches.append(event)
+                seen.append(event["change_rows"])
+
+        threading.Thread(target=stop_when_caught_up, args=(child, writer, seen, a.latency_seconds + 300),
+                         daemon=True).start()
+        try:
+            r = child.wait(on_event)
+        finally:
+            writer.stop()
+        t = self.table
+        lat = visibility(job / "lake" / t.database, t.table, writer, a.latency_warmup)
+        lat.update(batches=len(batches), batch_seconds_median=_median([b["seconds"] for b in batches]),
+                   sink_seconds_median=_median([b["sink_s"] for b in batches]),
+                   changes_per_batch_median=_median([b["change_rows"] for b in batches]),
+                   progress=r["progress"], rss=child.rss.to_dict(), trigger=a.trigger, load=load())
+        self.facts["visibility"] = lat
+        print(f"  visibility of {lat['changes']:,} changes at {lat['achieved_rate']:,.0f}/s: "
+              f"p50 {lat['p50_s']}s p99 {lat['p99_s']}s max {lat['max_s']}s "
+              f"(changelog p50 {lat['changelog_p50_s']}s; {lat['missing']} not visible)", flush=True)
+
+
+def _pipeline_detail(r: dict[str, Any]) -> dict[str, Any]:
+    return {"batches": r["batches"], "change_rows": r["change_rows"], "progress": r["progress"],
+            "driver_seconds": r["driver_seconds"], "driver_profile": r["profile"]}
+
+
+def _median(values: list[float]) -> float:
+    return round(sorted(values)[len(values) // 2], 3) if values else 0.0
+
+
+# --- the run -------------------------------------------------------------------------------------
+
+
+def run(bench: Bench) -> None:
+    """Every phase, in order (the last snapshot leaves the checkpoint that catch-up continues)."""
+    a = bench.args
+    parallelisms = [int(x) for x in a.parallelism.split(",")]
+    top, cpb = max(parallelisms), 4 * max(parallelisms)
+    bench.raw_scan("raw scan, warm-up (mariadb --quick)")  # warms the buffer pool
+    bench.raw_scan("raw scan (mariadb --quick)")
+    bench.single_reader()
+    for p in parallelisms:
+        if Path(JAR).exists():
+            bench.jdbc(p)
+        else:
+            print(f"  Spark JDBC peer skipped: {JAR} is missing (apt-get install libmariadb-java)")
+    for p in parallelisms[:-1]:
+        bench.snapshot(p, 4 * p)
+    if not a.quick:
+        bench.snapshot(top, a.chunks_per_batch)
+    if a.full:
+        bench.snapshot(top, cpb, write_rate=a.write_rate)
+        bench.source_only(top, cpb)
+    base = bench.snapshot(top, cpb)
+    bench.decompose()
+    bench.catch_up(base, top, cpb)
+    bench.latency(base, top, cpb)
+    bench.raw_scan("raw scan again, at the end")
+
+
+def explain(lines: list[Line], facts: dict[str, Any]) -> list[str]:
+    """Where the time went, phase by phase, from the timings the phases reported."""
+    out = []
+    for ln in lines:
+        if ln.kind not in ("ours", "catch-up", "profile"):
+            continue
+        prog, drv = ln.detail.get("progress", {}), ln.detail.get("driver_seconds", {})
+        steps = prog.get("seconds_by_step", {})
+        outside = ln.seconds - steps.get("triggerExecution", 0.0)
+        wal = steps.get("walCommit", 0.0) + steps.get("commitOffsets", 0.0)
+        out.append(f"{ln.name}: {prog.get('batches')} batches, median {prog.get('batch_seconds_median')}s"
+                   f"; addBatch {steps.get('addBatch', 0):.1f}s, offset/commit logs {wal:.1f}s, "
+                   f"outside batches (start-up, planning) {outside:.1f}s"
+                   + (f"; driver: {', '.join(f'{k} {v}s' for k, v in drv.items())}" if drv else ""))
+    model = batch_model(lines)
+    if model:
+        facts["batch_model"] = model
+        out.append(f"per-batch cost at p={model['parallelism']} (from {model['from']}): fixed "
+                   f"{model['fixed_s_per_batch']}s per batch + {model['marginal_rows_per_s']:,} rows/s")
+    ex = facts.get("executor_work_without_spark")
+    if ex:
+        out.append(f"executor work without Spark ({ex['chunks']} chunks, one core): ms/chunk "
+                   f"{ex['ms_per_chunk']} = {ex['rows_per_s_one_core']:,} rows/s")
+    st = facts.get("stream_work_without_spark")
+    if st:
+        out.append(f"stream work without Spark ({st['changes']:,} changes, one core): {st['seconds']} s "
+                   f"= {st['changes_per_s_one_core']:,} changes/s")
+    vis = facts.get("visibility")
+    if vis:
+        out.append(f"visibility run: {vis['batches']} batches, median {vis['batch_seconds_median']}s "
+                   f"(sink {vis['sink_seconds_median']}s), {vis['changes_per_batch_median']:,.0f} changes "
+                   f"per batch; mirror rows rewritten per MERGE {vis['merge_rows_copied_per_batch']}")
+    return out
+
+
+def batch_model(lines: list[Line]) -> dict[str, Any] | None:
+    """Fit batch time = fixed + rows / rate on two plain snapshot runs with different batch sizes."""
+    runs = [ln for ln in lines if ln.kind == "ours" and "upd/s" not in ln.name]
+    for p in sorted({ln.parallelism for ln in runs}, reverse=True):
+        same = sorted((ln for ln in runs if ln.parallelism == p), key=lambda ln: ln.detail["chunks_per_batch"])
+        if len(same) < 2:
+            continue
+        (x1, y1), (x2, y2) = (_per_batch(same[0]), _per_batch(same[-1]))
+        if x2 <= x1 or y2 <= y1:
+            return None
+        slope = (y2 - y1) / (x2 - x1)
+        return {"parallelism": p, "from": f"{same[0].name} vs {same[-1].name}",
+                "fixed_s_per_batch": round(y1 - slope * x1, 2), "marginal_rows_per_s": round(1 / slope)}
+    return None
+
+
+def _per_batch(ln: Line) -> tuple[float, float]:
+    """(rows, seconds) of an average batch of a run."""
+    prog = ln.detail["progress"]
+    n = max(1, prog["batches"])
+    return ln.rows / n, prog["seconds_by_step"].get("triggerExecution", ln.seconds) / n
+
+
+def ratios(lines: list[Line]) -> dict[str, Line]:
+    """The reference lines: the limit (fastest raw scan), the single reader, the JDBC peer."""
+    refs = {"limit": min((ln for ln in lines if ln.kind == "limit"), key=lambda ln: ln.seconds)}
+    refs["single"] = next(ln for ln in lines if ln.name.startswith("single"))
+    for ln in lines:
+        if ln.name.startswith("Spark JDBC"):
+            refs[f"jdbc{ln.parallelism}"] = ln
+    return refs
+
+
+def table_text(lines: list[Line]) -> str:
+    refs = ratios(lines)
+    head = (f"{'measurement':<44} {'rows':>10} {'s':>7} {'rows/s':>9} {'/limit':>6} {'/single':>7} "
+            f"{'/JDBC':>6} {'driver':>6} {'JVM':>5} {'workers':>7} {'mysqld':>6} {'load':>5}")
+    out = [head, "-" * len(head)]
+    for ln in lines:
+        jdbc = refs.get(f"jdbc{ln.parallelism}") or refs.get("jdbc2")
+        rel = [f"{ln.rate / r.rate:.2f}x" if r is not None and ln.kind != "catch-up" else ""
+               for r in (refs["limit"], refs["single"], jdbc)]
+        rss = [f"{ln.rss[k]:.0f}" if k in ln.rss else "" for k in ("driver", "jvm", "workers_total", "mariadbd")]
+        out.append(f"{ln.name:<44} {ln.rows:>10,} {ln.seconds:>7.2f} {ln.rate:>9,.0f} {rel[0]:>6} {rel[1]:>7} "
+                   f"{rel[2]:>6} {rss[0]:>6} {rss[1]:>5} {rss[2]:>7} {rss[3]:>6} {ln.load:>5}")
+    return "\n".join(out)
+
+
+def verdict(lines: list[Line], facts: dict[str, Any]) -> dict[str, Any]:
+    """The targets, met or not (the best ours line at the top parallelism)."""
+    refs = ratios(lines)
+    ours = [ln for ln in lines if ln.kind == "ours" and "upd/s" not in ln.name]
+    top = max(ln.parallelism for ln in ours)
+    best = max((ln for ln in ours if ln.parallelism == top), key=lambda ln: ln.rate)
+    jdbc = refs.get(f"jdbc{top}")
+    catch = next((ln for ln in lines if ln.kind == "catch-up"), None)
+    vis = facts.get("visibility", {})
+    got = {"best_snapshot": best.name, "snapshot_vs_limit": round(best.rate / refs["limit"].rate, 3),
+           "snapshot_vs_jdbc": round(best.rate / jdbc.rate, 3) if jdbc else None,
+           "catch_up_per_s": round(catch.rate) if catch else None, "latency_p50_s": vis.get("p50_s")}
+    met = {k: (got[k] is not None and (got[k] <= v if k == "latency_p50_s" else got[k] >= v))
+           for k, v in TARGETS.items()}
+    return {"targets": TARGETS, "got": got, "met": met}
+
+
+def chart(lines: list[Line], facts: dict[str, Any], title: str, path: Path) -> None:
+    """A bar chart of rows/s: the limit (fastest raw scan), the peers, ours; the targets as lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    refs = ratios(lines)
+    limit = refs["limit"]
+    shown = [Line("limit: raw scan, fastest of the runs", "limit", limit.rows, limit.seconds, limit.load)]
+    shown += [ln for ln in lines if ln.kind not in ("catch-up", "limit")]
+    colors = {"limit": "#7f7f7f", "peer": "#1f77b4", "ours": "#d62728", "profile": "#ff9896"}
+    fig, ax = plt.subplots(figsize=(11, 0.55 * len(shown) + 2))
+    ax.barh([ln.name for ln in shown], [ln.rate for ln in shown], color=[colors[ln.kind] for ln in shown])
+    for i, ln in enumerate(shown):
+        ax.text(ln.rate, i, f" {ln.rate / 1000:,.0f}k/s  {ln.rate / limit.rate:.2f}x", va="center", fontsize=8)
+    ax.axvline(TARGETS["snapshot_vs_limit"] * limit.rate, color="#2ca02c", ls="--", lw=1,
+               label=f"target: {TARGETS['snapshot_vs_limit']}x the limit")
+    jdbc = [ln for ln in lines if ln.name.startswith("Spark JDBC")]
+    if jdbc:
+        ax.axvline(TARGETS["snapshot_vs_jdbc"] * jdbc[-1].rate, color="#9467bd", ls=":", lw=1,
+                   label=f"target: {TARGETS['snapshot_vs_jdbc']}x {jdbc[-1].name}")
+    ax.invert_yaxis()
+    ax.set_xlabel("rows/s (snapshot into Delta; the limit only reads; x = ratio to the limit)")
+    ax.legend(loc="lower right", fontsize=8)
+    vis, catch = facts.get("visibility", {}), next((ln for ln in lines if ln.kind == "catch-up"), None)
+    sub = f"catch-up {catch.rate:,.0f} changes/s; " if catch else ""
+    sub += f"visibility p50 {vis.get('p50_s')} s, p99 {vis.get('p99_s')} s" if vis else ""
+    ax.set_title(f"{title}\n{sub}", fontsize=10)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=cast(str, __doc__).split("\n", 1)[0])
+    p.add_argument("--scale", type=int, default=100, help="TPC-DS scale (100 = 2M rows, 1000 = 12M, 10000 = 65M)")
+    p.add_argument("--quick", action="store_true", help="fewer phases: the default chunks_per_batch only, "
+                   "a 100k-update burst, a 10 s latency window (about 4 minutes at scale 100)")
+    p.add_argument("--full", action="store_true", help="more phases: parallelism 1 too, the snapshot under "
+                   "--write-rate updates/s, and the source alone into Spark's noop sink")
+    p.add_argument("--parallelism", default=None, help="comma-separated parallelisms of ours and the JDBC "
+                   "peer; the last is the headline (default 2; with --full 1,2)")
+    p.add_argument("--chunk-size", type=int, default=8096, help="rows per snapshot chunk")
+    p.add_argument("--chunks-per-batch", type=int, default=32, help="the larger chunks_per_batch tried")
+    p.add_argument("--write-rate", type=float, default=100.0, help="updates/s during the snapshot-with-writes run")
+    p.add_argument("--burst", type=int, default=300_000, help="updates applied before the catch-up run")
+    p.add_argument("--latency-rate", type=float, default=1000.0, help="single-row updates/s of the latency run")
+    p.add_argument("--latency-seconds", type=float, default=30.0, help="how long the measured latency window is")
+    p.add_argument("--latency-warmup", type=float, default=5.0,
+                   help="seconds of writes before the measured window (left out of p50/p99)")
+    p.add_argument("--trigger", default="200 milliseconds", help="processing-time trigger of the latency run")
+    p.add_argument("--jdbc-fetchsize", type=int, default=10_000, help="JDBC fetchsize of the Spark peer")
+    p.add_argument("--backend", default="auto", help="fetch backend of the single reader")
+    p.add_argument("--decompose-chunks", type=int, default=16, help="chunks run without Spark for the profile")
+    p.add_argument("--keep", action="store_true", help="keep the work directory (lakes, checkpoints, logs)")
+    args = p.parse_args()
+    args.parallelism = args.parallelism or ("1,2" if args.full else "2")
+    if args.quick:
+        args.burst = min(args.burst, 100_000)
+        args.latency_seconds = min(args.latency_seconds, 10.0)
+    return args
+
+
+def check_tools() -> None:
+    """Fail early, naming the fix, when a package the benchmark needs is missing.
+
+    Raises:
+        SystemExit: psutil or matplotlib is not installed.
+    """
+    missing = [m for m in ("psutil", "matplotlib") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise SystemExit(f"missing {', '.join(missing)}: pip install {' '.join(missing)} "
+                         "(the `bench` extra: pip install -e '.[bench]')")
+
+
+def main() -> None:
+    args = parse_args()
+    check_tools()
+    rows = 100_000 if args.scale == 1 else CUSTOMER_ROWS_PER_SCALE * args.scale
+    print(f"TPC-DS customer, scale {args.scale} (~{rows:,} rows); load average {os.getloadavg()}", flush=True)
+    work = Path(tempfile.mkdtemp(prefix="spark-cdc-bench-"))
+    started, load_start = time.perf_counter(), load()
+    try:
+        with customer_sandbox(args.scale) as table:
+            print(f"loaded {table.rows:,} rows in {time.perf_counter() - started:.0f}s; work dir {work}", flush=True)
+            bench = Bench(table, args, work)
+            run(bench)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    lines, facts = bench.lines, bench.facts
+    result = verdict(lines, facts)
+    print("\n" + table_text(lines))
+    print(f"\nRSS columns: peak MiB (VmHWM) of the driver, the JVM, all Python workers at once, mariadbd. "
+          f"Load average {load_start} at the start, {load()} at the end (2 shared cores: "
+          f"{'noisy numbers' if max(load_start, load()) > 2 else 'quiet'}).")
+    print("targets:", json.dumps(result["got"]), "met:", json.dumps(result["met"]))
+    where = explain(lines, facts)
+    print("\nwhere the time goes:\n  " + "\n  ".join(where))
+    stamp = dt.date.today().isoformat()
+    mode = "-quick" if args.quick else "-full" if args.full else ""
+    out = RESULTS / f"tpcds_customer-{stamp}-sf{args.scale}{mode}.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps({
+        "scale": args.scale, "rows": table.rows, "date": stamp, "args": vars(args),
+        "load_average": {"start": load_start, "end": load()}, "wall_seconds": round(time.perf_counter() - started),
+        **result, "where_the_time_goes": where,
+        "lines": [{**asdict(ln), "rows_per_s": round(ln.rate)} for ln in lines], **facts,
+    }, indent=2) + "\n")
+    chart(lines, facts, f"TPC-DS customer SF{args.scale}, {table.rows:,} rows ({stamp}, load {load_start})",
+          out.with_suffix(".png"))
+    print(f"wrote {out} and {out.with_suffix('.png').name} in {time.perf_counter() - started:.0f}s")
+
+
+if __name__ == "__main__":
+    main()
