@@ -13,13 +13,23 @@ from typing import Any
 import pymysql
 import pytest
 
-from cdc.sandbox import Endpoint, Sandbox, start_sandbox
+from cdc.sandbox import Endpoint, MariaDbSandbox, Sandbox, start_sandbox
 
 
 @pytest.fixture(scope="session")
 def mysql_server() -> Iterator[Sandbox]:
     """A server with binlog ROW/FULL/FULL metadata, GTIDs, server_id and a least-privilege CDC user."""
     box = start_sandbox()
+    try:
+        yield box
+    finally:
+        box.stop()
+
+
+@pytest.fixture(scope="session")
+def india_server() -> Iterator[Sandbox]:
+    """A second server whose default time zone is +05:30 (time-zone tests)."""
+    box = MariaDbSandbox(extra_args=["--default-time-zone=+05:30"]).start()
     try:
         yield box
     finally:

@@ -361,16 +361,6 @@ def test_values_are_typed_like_a_select(admin: Conn, cdc_endpoint: Endpoint,
     assert events[2].after and (events[2].after["y"], events[2].after["s"]) == (0, "")
 
 
-@pytest.fixture(scope="module")
-def india_server() -> Iterator[Sandbox]:
-    """A second server whose default time zone is +05:30."""
-    box = MariaDbSandbox(extra_args=["--default-time-zone=+05:30"]).start()
-    try:
-        yield box
-    finally:
-        box.stop()
-
-
 def test_timestamps_are_utc_whatever_the_server_and_local_time_zone(
         india_server: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TZ", "EST+05")  # this process's local time: UTC-5 (POSIX notation)

@@ -23,14 +23,12 @@ import contextlib
 import datetime as dt
 import json
 import struct
-from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import deltalake
 import pyarrow as pa
-import pytest
 from pipeline import Pipeline
 from pyspark.sql.pandas.types import from_arrow_type
 
@@ -39,7 +37,7 @@ from cdc.debezium import encode_value, record_from_event
 from cdc.debezium_schema import DebeziumOptions
 from cdc.events import ChangeEvent
 from cdc.offsets import BinlogOffset, ChangePosition
-from cdc.sandbox import MariaDbSandbox, Sandbox
+from cdc.sandbox import Sandbox
 from cdc.schema import Column, TableId, TableSchema
 from sinks.changes import mirror_schema
 
@@ -381,16 +379,6 @@ def test_every_type_is_identical_through_snapshot_and_binlog(
         assert {c: (spark[c], delta[c]) for c in SPARK_AND_DELTA} == SPARK_AND_DELTA
     finally:
         p.cleanup()
-
-
-@pytest.fixture(scope="module")
-def india_server() -> Iterator[Sandbox]:
-    """A second server whose default time zone is +05:30."""
-    box = MariaDbSandbox(extra_args=["--default-time-zone=+05:30"]).start()
-    try:
-        yield box
-    finally:
-        box.stop()
 
 
 def test_a_server_in_another_time_zone_shifts_nothing(
