@@ -85,8 +85,7 @@ class _Timed:
 
 DRIVER_STEPS = {  # label -> (file suffix, function) whose cumulative time the profile reports
     "foreachBatch": ("cdc/job.py", "__call__"),
-    "snapshot collect (source read + executors' Parquet)": ("sql/classic/dataframe.py", "collect"),
-    "changes toArrow": ("sql/classic/dataframe.py", "toArrow"),
+    "batch toArrow (source tasks incl. snapshot files)": ("sql/classic/dataframe.py", "toArrow"),
 }
 
 
@@ -123,6 +122,8 @@ def pipeline_phase(spec: dict[str, Any]) -> dict[str, Any]:
              snapshot_rows=r.snapshot_rows, change_rows=r.change_rows,
              commit_s=commit.seconds - before[0], sink_s=sink_write.seconds - before[1])
 
+    if spec.get("sink") != "noop":
+        options = {**options, **writer.source_options()}
     df = spark.readStream.format("mysql-cdc").options(**options).load()
     stream = (df.writeStream.format("noop") if spec.get("sink") == "noop" else df.writeStream.foreachBatch(write))
     stream = stream.option("checkpointLocation", spec["checkpoint"])
@@ -237,43 +238,41 @@ def jdbc_phase(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def decompose_phase(spec: dict[str, Any]) -> dict[str, Any]:
-    """The executor-side work of some chunks without Spark: stage, emit, write Parquet."""
+    """The executor-side work of some chunks without Spark: stage, then emit (with the snapshot
+    hand-off, so emitting includes writing the mirror and changelog Parquet files)."""
+    from binlog.mysql import current_offset
     from cdc.source import MySqlCdcDataSource
-    from cdc.tasks import EmitItem
+    from cdc.tasks import CdcPartition, EmitItem, StageItem, run_partition
     from sinks.delta import DeltaSinkConfig
-    from sinks.delta_files import write_snapshot_files
+    from sinks.delta_files import handoff_options
 
-    source = MySqlCdcDataSource(spec["options"])
+    options = {**spec["options"], **handoff_options(DeltaSinkConfig(path=spec["lake"]))}
+    source = MySqlCdcDataSource(options)
     reader: Any = source.streamReader(None)
-    config, schemas = DeltaSinkConfig(path=spec["lake"]), source.table_schemas()
-    _warm_up(reader.context.settings, next(iter(schemas.values())))
-    start = reader.initialOffset()
-    staged = reader.latestOffset(start, None)  # plans: splits the chunks, writes their bounds
-    emitting = reader.latestOffset(staged, None)
-    seconds = {"stage": 0.0, "emit": 0.0, "parquet": 0.0}
-    rows, prof = 0, cProfile.Profile()
+    ctx, schemas = reader.context, source.table_schemas()
+    _warm_up(ctx.settings, next(iter(schemas.values())))
+    first = reader.latestOffset(reader.initialOffset(), None)  # the warm-up batch: one chunk
+    planned = reader.latestOffset(first, None)  # splits the next chunks, writes their bounds
+    chunks = [(t, i) for t, (lo, hi) in planned["stage"].items() for i in range(lo, hi)]
+    server_id = reader.server_ids[1]
+    seconds, rows, prof = {"stage": 0.0, "emit (incl. Parquet)": 0.0}, 0, cProfile.Profile()
     emit("ready")
     prof.enable()
-    for part in reader.partitions(start, staged):
-        began = time.perf_counter()
-        list(reader.read(part))
-        seconds["stage"] += time.perf_counter() - began
-    for part in reader.partitions(staged, emitting):
-        if not all(isinstance(i, EmitItem) for i in part.items):
-            continue  # the next batch's stage work
-        began = time.perf_counter()
-        batches = list(reader.read(part))
-        seconds["emit"] += time.perf_counter() - began
-        began = time.perf_counter()
-        emitted = pa.Table.from_batches(batches)  # as cdc.job does on an executor
-        for table_id, schema in schemas.items():
-            write_snapshot_files(config, schema, reader.context.layout.from_stream(table_id, emitted))
-        seconds["parquet"] += time.perf_counter() - began
-        rows += sum(b.num_rows for b in batches)
+    began = time.perf_counter()
+    for t, i in chunks:
+        list(run_partition(CdcPartition(0, server_id, [StageItem(t, i)], None, 0), ctx))  # type: ignore[arg-type]
+    seconds["stage"] = time.perf_counter() - began
+    with contextlib.closing(ctx.settings.connect()) as conn:
+        hw = current_offset(conn)
+    began = time.perf_counter()
+    part = CdcPartition(0, server_id, [EmitItem(t, i) for t, i in chunks], hw, int(time.time() * 1000))
+    manifests = pa.Table.from_batches(list(run_partition(part, ctx)))
+    seconds["emit (incl. Parquet)"] = time.perf_counter() - began
     prof.disable()
+    for text in manifests["snapshot_files"].to_pylist():
+        rows += sum(f["num_records"] for f in json.loads(text) if f["kind"] == "mirror")
     reader.stop()
-    chunks = sum(hi - lo for lo, hi in staged["stage"].values())
-    return {"chunks": chunks, "rows": rows, "seconds": seconds,
+    return {"chunks": len(chunks), "rows": rows, "seconds": seconds,
             "profile_tottime": top_functions(prof, "tottime", 15),
             "profile_cumulative": top_functions(prof, "cumulative", 15)}
 

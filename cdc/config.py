@@ -82,7 +82,7 @@ class MySqlSourceConfig(_Model):
                                              "querying each chunk's end")
     distribution_factor_upper: float = Field(default=1000.0, gt=0, description="... and at most this")
     chunks_per_batch: int | None = Field(default=None, gt=0, description="chunks staged per micro-batch "
-                                         "(default 4 x parallelism)")
+                                         "(default 16 x parallelism)")
     backfill_skip: bool = Field(default=False, description="skip the exactly-once backfill "
                                 "(at-least-once); not implemented yet: `true` is refused")
     connect_timeout_s: float = Field(default=10.0, gt=0, description="seconds to wait for a connection")

@@ -1,11 +1,11 @@
 """Job wiring: the ``mysql-cdc`` stream into the sinks, one ``foreachBatch`` call per batch.
 
-Runs on the driver, except the snapshot writer (:func:`_write_snapshot_partition`), which runs
-on executors:
+Runs on the driver. The source is given :meth:`BatchWriter.source_options`, so that:
 
-* snapshot rows (``op='r'``, the bulk of an initial load) never pass through the driver:
-  executors write them as Parquet files into the mirror and changelog directories, the driver
-  commits each table's files in one Delta transaction (``sinks.delta_files``);
+* snapshot rows (``op='r'``, the bulk of an initial load) never pass through Spark or the
+  driver: the emit tasks write them as Parquet files into the mirror and changelog directories
+  (cdc/handoff.py, ``sinks.delta_files``) and the batch carries one manifest row per file set;
+  the driver commits each table's files in one Delta transaction;
 * change rows (c/u/d) are collected on the driver and MERGEd into the mirror, appended to the
   changelog (``sinks.delta``).
 
@@ -17,27 +17,25 @@ orphan files are never referenced and are removed by VACUUM.
 
 from __future__ import annotations
 
+import json
 import logging
-import pickle
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from cdc import faults
+from cdc.exceptions import ConfigError
+from cdc.handoff import MANIFEST_COLUMN
 from cdc.schema import TableId, TableSchema
 from cdc.state import StateStore
 from cdc.stream_layout import StreamLayout
 from sinks.base import WriteResult
-from sinks.delta import DeltaSink, DeltaSinkConfig
-from sinks.delta_files import StagedFile, commit_snapshot_files, write_snapshot_files
+from sinks.delta import DeltaSink
+from sinks.delta_files import StagedFile, commit_snapshot_files, handoff_options
 
 log = logging.getLogger(__name__)
-
-_FILE_SCHEMA = "file binary"
-_FLUSH_ROWS = 131_072  # snapshot rows buffered per executor task before a Parquet file is written
 
 
 @dataclass
@@ -67,24 +65,29 @@ class BatchWriter:
 
     def __init__(self, schemas: dict[TableId, TableSchema], sink: DeltaSink, store: StateStore | None = None) -> None:
         self.schemas = schemas
-        self.layout = StreamLayout(list(schemas.values()))
+        self.layout = StreamLayout(list(schemas.values()), manifests=True)
         self.sink = sink
         self.store = store
         self.batches: list[BatchRecord] = []
 
+    def source_options(self) -> dict[str, str]:
+        """Options the ``mysql-cdc`` source needs so that its snapshot rows arrive as files."""
+        return handoff_options(self.sink.config)
+
     def __call__(self, df: Any, batch_id: int) -> None:
+        if MANIFEST_COLUMN not in df.columns:
+            raise ConfigError("the mysql-cdc stream has no snapshot_files column: give the source "
+                              "BatchWriter.source_options() so that snapshot rows arrive as files")
         record = BatchRecord(batch_id)
-        df = df.persist()  # the source is read once; both passes below use the cached rows
-        try:
-            self._write_snapshot(df.where("op = 'r'"), record)
-            changes = df.where("op != 'r'").toArrow()
-            record.change_rows = changes.num_rows
-            for table_id, schema in self.schemas.items():
-                rows = self.layout.from_stream(table_id, changes)
-                if rows.num_rows:
-                    record.changes.append(self.sink.write_batch(schema, rows, batch_id))
-        finally:
-            df.unpersist()
+        rows = df.toArrow()  # one Spark job: manifests and change rows are small
+        is_manifest = pc.is_valid(rows[MANIFEST_COLUMN])
+        self._commit_snapshot(rows.filter(is_manifest), record)
+        changes = rows.filter(pc.invert(is_manifest))
+        record.change_rows = changes.num_rows
+        for table_id, schema in self.schemas.items():
+            mine = self.layout.from_stream(table_id, changes)
+            if mine.num_rows:
+                record.changes.append(self.sink.write_batch(schema, mine, batch_id))
         self.batches.append(record)
         log.info("batch %d: %d snapshot rows, %d change rows%s", batch_id, record.snapshot_rows,
                  record.change_rows, "" if record.wrote or not (record.snapshot_rows or record.change_rows)
@@ -92,41 +95,16 @@ class BatchWriter:
         if self.store is not None:
             faults.check(self.store, "after_sink_commit")
 
-    def _write_snapshot(self, reads: Any, record: BatchRecord) -> None:
-        """Executors write snapshot rows as Parquet; the driver commits them per table."""
-        writer = partial(_write_snapshot_partition, self.sink.config, self.layout, self.schemas)
-        files = [pickle.loads(r.file) for r in reads.mapInArrow(writer, _FILE_SCHEMA).collect()]
+    def _commit_snapshot(self, manifests: pa.Table, record: BatchRecord) -> None:
+        """Commit the files the emit tasks wrote, one transaction per table and kind."""
         by_table: dict[str, list[StagedFile]] = {}
-        for f in files:
-            by_table.setdefault(f.table, []).append(f)
-        for name, staged in sorted(by_table.items()):
+        for text in manifests[MANIFEST_COLUMN].to_pylist():
+            for f in json.loads(text):
+                staged = StagedFile.from_dict(f)
+                by_table.setdefault(staged.table, []).append(staged)
+        for name, staged_files in sorted(by_table.items()):
             schema = self.schemas[TableId.parse(name)]
-            committed = commit_snapshot_files(self.sink.config, schema, staged, self.sink.query_id, record.batch_id)
+            committed = commit_snapshot_files(self.sink.config, schema, staged_files, self.sink.query_id,
+                                              record.batch_id)
             record.snapshot[name] = {str(kind): bool(done) for kind, done in committed.items()}
-            record.snapshot_rows += sum(f.num_records for f in staged if f.kind == "mirror")
-
-
-def _write_snapshot_partition(config: DeltaSinkConfig, layout: StreamLayout, schemas: dict[TableId, TableSchema],
-                              batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Executor: write one task's snapshot rows to Parquet, yield the staged-file descriptions."""
-    pending: list[pa.RecordBatch] = []
-    buffered = 0
-    for batch in batches:
-        pending.append(batch)
-        buffered += batch.num_rows
-        if buffered >= _FLUSH_ROWS:
-            yield _flush(config, layout, schemas, pending)
-            pending, buffered = [], 0
-    if pending:
-        yield _flush(config, layout, schemas, pending)
-
-
-def _flush(config: DeltaSinkConfig, layout: StreamLayout, schemas: dict[TableId, TableSchema],
-           batches: list[pa.RecordBatch]) -> pa.RecordBatch:
-    rows = pa.Table.from_batches(batches)
-    staged: list[StagedFile] = []
-    for table_id, schema in schemas.items():
-        mine = layout.from_stream(table_id, rows)
-        if mine.num_rows:
-            staged.extend(write_snapshot_files(config, schema, mine))
-    return pa.RecordBatch.from_pydict({"file": pa.array([pickle.dumps(f) for f in staged], pa.binary())})
+            record.snapshot_rows += sum(f.num_records for f in staged_files if f.kind == "mirror")

@@ -107,6 +107,8 @@ class PlannerOptions:
 
     Attributes:
         chunks_per_batch: the most chunks a batch stages (and so the next one emits).
+        warmup_chunks: the most chunks a batch stages when it emits none (the first snapshot
+            batch): a small first batch starts the stage/emit pipeline sooner.
         splitter: chunk size, distribution-factor bounds.
         chunk_key_columns: ``db.table`` -> column, for tables without a primary key.
         snapshot: snapshot the tables (startup modes initial and snapshot).
@@ -114,6 +116,7 @@ class PlannerOptions:
     """
 
     chunks_per_batch: int = 8
+    warmup_chunks: int = 2
     splitter: SplitterOptions = field(default_factory=SplitterOptions)
     chunk_key_columns: dict[str, str] = field(default_factory=dict)
     snapshot: bool = True
@@ -168,7 +171,9 @@ class Planner:
         """
         tables = self._with_new_tables(start.tables)
         tables = self._mark_emitted(tables, start.stage)
-        stage, tables = self._assign(tables)
+        budget = self.options.chunks_per_batch if start.stage else min(self.options.warmup_chunks,
+                                                                       self.options.chunks_per_batch)
+        stage, tables = self._assign(tables, budget)
         hw = self._high_watermark(start, emitting=bool(start.stage), target=target)
         if not stage and not start.stage and hw == start.binlog and tables == start.tables:
             return start
@@ -219,8 +224,9 @@ class Planner:
                 out[name] = replace(progress, emitted=hi, upto=encode_value(last.end))
         return out
 
-    def _assign(self, tables: dict[str, TableProgress]) -> tuple[Ranges, dict[str, TableProgress]]:
-        budget, stage, out = self.options.chunks_per_batch, {}, dict(tables)
+    def _assign(self, tables: dict[str, TableProgress], budget: int) -> tuple[Ranges, dict[str, TableProgress]]:
+        stage: Ranges = {}
+        out = dict(tables)
         for name in sorted(out):
             progress = out[name]
             if budget <= 0 or progress.state == "stream" or progress.split_done:

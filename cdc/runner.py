@@ -262,7 +262,7 @@ class JobRunner:
         return tracker.summary(counts, time.monotonic() - started)
 
     def _start(self, spark: Any, writer: Any, once: bool) -> Any:
-        df = spark.readStream.format("mysql-cdc").options(**self.options).load()
+        df = spark.readStream.format("mysql-cdc").options(**self.options, **writer.source_options()).load()
         stream = df.writeStream.foreachBatch(writer).option("checkpointLocation", self.paths.checkpoint)
         if once:
             stream = stream.trigger(availableNow=True)

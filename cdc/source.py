@@ -10,7 +10,9 @@
 Options are the ``source:`` keys of the job config (cdc/config.py), as strings; ``tables`` is a
 comma-separated list or a JSON list of regexes, ``chunk_key_columns`` a JSON object. Also:
 ``state_dir`` (required: the directory the offsets refer to; keep it with the checkpoint),
-``parallelism`` (tasks per batch, default 2) and ``fetch_backend``.
+``parallelism`` (tasks per batch, default 2), ``fetch_backend``, and ``snapshot_writer`` /
+``snapshot_writer_secret``: hand snapshot rows to a sink's file writer on the executors instead
+of sending them through Spark (cdc/handoff.py; the job sets them, see cdc/job.py).
 
 Where things run: ``schema()`` and the stream reader's ``initialOffset``/``latestOffset``/
 ``partitions``/``commit`` run on the driver (the planner, cdc/planner.py); ``read()`` runs on
@@ -37,6 +39,7 @@ from cdc import faults
 from cdc.config import MySqlSourceConfig, parse_config
 from cdc.connection import ConnectionSettings
 from cdc.exceptions import ConfigError
+from cdc.handoff import SECRET_OPTION, WRITER_OPTION, SnapshotHandoff
 from cdc.offsets import BinlogOffset
 from cdc.planner import Planner, PlannerOptions, SourceOffset
 from cdc.schema import TableId, TableSchema, load_table_schema
@@ -58,7 +61,8 @@ log = logging.getLogger(__name__)
 
 SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
 _JSON_OPTIONS = ("chunk_key_columns", "startup_offset")
-_EXTRA_OPTIONS = ("state_dir", "parallelism", "fetch_backend")
+DEFAULT_CHUNKS_PER_TASK = 16  # chunks_per_batch defaults to this x parallelism
+_EXTRA_OPTIONS = ("state_dir", "parallelism", "fetch_backend", WRITER_OPTION, SECRET_OPTION)
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,7 @@ class SourceSettings:
     state_dir: str
     parallelism: int = 2
     fetch_backend: str = "auto"
+    handoff: SnapshotHandoff | None = None
 
     @classmethod
     def from_options(cls, options: dict[str, str]) -> SourceSettings:
@@ -95,7 +100,12 @@ class SourceSettings:
             parallelism = int(extra.get("parallelism", "2"))
         except ValueError:
             raise ConfigError(f"option parallelism: {extra['parallelism']!r} is not a number") from None
-        return cls(config, extra["state_dir"], max(1, parallelism), extra.get("fetch_backend", "auto"))
+        return cls(config, extra["state_dir"], max(1, parallelism), extra.get("fetch_backend", "auto"),
+                   SnapshotHandoff.from_options(extra))
+
+    def layout(self, schemas: dict[TableId, TableSchema]) -> StreamLayout:
+        """The stream's columns for these tables (with manifests when snapshot rows are handed off)."""
+        return StreamLayout(list(schemas.values()), manifests=self.handoff is not None)
 
     def connection(self) -> ConnectionSettings:
         s = self.source
@@ -151,7 +161,7 @@ class MySqlCdcDataSource(DataSource):
         return self._schemas
 
     def schema(self) -> Any:
-        return StreamLayout(list(self.table_schemas().values())).spark_schema()
+        return self.settings.layout(self.table_schemas()).spark_schema()
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         return MySqlCdcStreamReader(self.settings, self.table_schemas())
@@ -166,11 +176,13 @@ class MySqlCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.server_ids = ServerIdRange.parse(s.server_id).ids
         store = StateStore(settings.state_dir)
         self.context = TaskContext(settings=settings.connection(), schemas=schemas, store=store,
-                                   layout=StreamLayout(list(schemas.values())), name=s.name,
-                                   fetch_backend=settings.fetch_backend)  # type: ignore[arg-type]
+                                   layout=settings.layout(schemas), name=s.name,
+                                   fetch_backend=settings.fetch_backend,  # type: ignore[arg-type]
+                                   handoff=settings.handoff)
         snapshot = s.startup_mode in ("initial", "snapshot")
         options = PlannerOptions(
-            chunks_per_batch=s.chunks_per_batch or 4 * settings.parallelism,
+            chunks_per_batch=s.chunks_per_batch or DEFAULT_CHUNKS_PER_TASK * settings.parallelism,
+            warmup_chunks=settings.parallelism,
             splitter=SplitterOptions(chunk_size=s.chunk_size, distribution_factor_lower=s.distribution_factor_lower,
                                      distribution_factor_upper=s.distribution_factor_upper),
             chunk_key_columns=dict(s.chunk_key_columns), snapshot=snapshot, stream=s.startup_mode != "snapshot")
@@ -255,8 +267,26 @@ def plan_partitions(start: SourceOffset, end: SourceOffset, ctx: TaskContext, se
         stream_items = list(stream)
     if stream_items:
         parts.append(CdcPartition(0, server_ids[0], stream_items, hw, ts))
-    for j in range(min(emit_slots, len(emits))):
-        parts.append(CdcPartition(len(parts), server_ids[1 + j], emits[j::emit_slots], hw, ts))
-    for j in range(min(p, len(stages))):
-        parts.append(CdcPartition(len(parts), server_ids[0], stages[j::p], hw, ts))
+    # Task j emits a contiguous run of chunks (its files then cover one key range) and stages a
+    # run of the next ones, at the same time (cdc/tasks.py). Only emits read the binlog, each
+    # with its own server id; staging reads none.
+    emit_runs, stage_runs = _runs(emits, emit_slots), _runs(stages, p)
+    for j in range(max(len(emit_runs), len(stage_runs))):
+        items = (emit_runs[j] if j < len(emit_runs) else []) + (stage_runs[j] if j < len(stage_runs) else [])
+        server_id = server_ids[1 + j] if j < len(emit_runs) else server_ids[0]
+        parts.append(CdcPartition(len(parts), server_id, items, hw, ts))
     return list(parts)
+
+
+def _runs(items: list[Any], n: int) -> list[list[Any]]:
+    """``items`` cut into at most ``n`` contiguous runs of near-equal length (no empty run)."""
+    n = min(n, len(items))
+    if n <= 0:
+        return []
+    size, extra = divmod(len(items), n)
+    out, at = [], 0
+    for j in range(n):
+        step = size + (1 if j < extra else 0)
+        out.append(items[at:at + step])
+        at += step
+    return out

@@ -1,6 +1,8 @@
 """How one Spark stream carries the change rows of one or several tables.
 
-Columns are always ``op``, ``before``, ``after``, ``source``, ``ts_ms`` (Debezium's envelope).
+Columns are ``op``, ``before``, ``after``, ``source``, ``ts_ms`` (Debezium's envelope), plus
+``snapshot_files`` when snapshot rows are handed off as files (cdc/handoff.py): that column is
+null on every change row and holds the file descriptions on a manifest row.
 
 * One table: ``before`` and ``after`` are the table's row struct.
 * Several tables: ``before`` and ``after`` are structs with one field per table, named
@@ -14,6 +16,7 @@ the Spark schema), so batches can be handed over without conversion.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdc.envelope import envelope_schema
+from cdc.handoff import MANIFEST_COLUMN
 from cdc.schema import TableId, TableSchema
 
 
@@ -29,23 +33,28 @@ class StreamLayout:
 
     Args:
         schemas: the captured tables (order does not matter; fields are sorted by name).
+        manifests: add the ``snapshot_files`` column (snapshot rows are handed off as files).
     """
 
-    def __init__(self, schemas: Sequence[TableSchema]) -> None:
+    def __init__(self, schemas: Sequence[TableSchema], manifests: bool = False) -> None:
         self.schemas = {s.table_id: s for s in sorted(schemas, key=lambda s: s.table_id)}
         if not self.schemas:
             raise ValueError("a stream needs at least one table")
         self.multi = len(self.schemas) > 1
+        self.manifests = manifests
         self.arrow_schema = _spark_compatible(self._schema())
 
     def _schema(self) -> pa.Schema:
-        if not self.multi:
-            return envelope_schema(next(iter(self.schemas.values())))
-        image = pa.struct([pa.field(str(t), envelope_schema(s).field("after").type)
-                           for t, s in self.schemas.items()])
         first = envelope_schema(next(iter(self.schemas.values())))
-        return pa.schema([first.field("op"), pa.field("before", image), pa.field("after", image),
-                          first.field("source"), first.field("ts_ms")])
+        fields = list(first)
+        if self.multi:
+            image = pa.struct([pa.field(str(t), envelope_schema(s).field("after").type)
+                               for t, s in self.schemas.items()])
+            fields = [first.field("op"), pa.field("before", image), pa.field("after", image),
+                      first.field("source"), first.field("ts_ms")]
+        if self.manifests:
+            fields.append(pa.field(MANIFEST_COLUMN, pa.string()))
+        return pa.schema(fields)
 
     def spark_schema(self) -> Any:
         """The stream's schema as a Spark ``StructType``."""
@@ -55,13 +64,21 @@ class StreamLayout:
 
     def to_stream(self, table_id: TableId, changes: pa.Table) -> pa.Table:
         """One table's change rows (``cdc.envelope`` layout) in the stream's columns."""
+        columns = [changes["op"], changes["before"], changes["after"], changes["source"], changes["ts_ms"]]
         if self.multi:
-            changes = pa.Table.from_arrays(
-                [changes["op"], self._wrap(table_id, changes["before"]),
-                 self._wrap(table_id, changes["after"]), changes["source"], changes["ts_ms"]],
-                names=list(self.arrow_schema.names),
-            )
-        return changes.cast(self.arrow_schema)
+            columns[1:3] = [self._wrap(table_id, changes["before"]), self._wrap(table_id, changes["after"])]
+        if self.manifests:
+            columns.append(pa.nulls(changes.num_rows, pa.string()))
+        return pa.Table.from_arrays(columns, names=list(self.arrow_schema.names)).cast(self.arrow_schema)
+
+    def manifest(self, snapshot_rows: pa.Table, files: list[dict[str, Any]]) -> pa.Table:
+        """One manifest row for files holding ``snapshot_rows`` (one table's ``op='r'`` rows):
+        their first row's op/source/ts_ms, null images, and the files' JSON descriptions."""
+        first = snapshot_rows.slice(0, 1)
+        images = pa.nulls(1, self.arrow_schema.field("after").type)
+        return pa.Table.from_arrays(
+            [first["op"], images, images, first["source"], first["ts_ms"], pa.array([json.dumps(files)])],
+            names=list(self.arrow_schema.names)).cast(self.arrow_schema)
 
     def _wrap(self, table_id: TableId, images: pa.ChunkedArray) -> pa.Array:
         image = images.combine_chunks()
@@ -75,7 +92,7 @@ class StreamLayout:
         schema = self.schemas[table_id]
         mine = pc.and_(pc.equal(pc.struct_field(rows["source"], "db"), table_id.db),
                        pc.equal(pc.struct_field(rows["source"], "table"), table_id.table))
-        rows = rows.filter(mine)
+        rows = rows.filter(mine).select(["op", "before", "after", "source", "ts_ms"])
         if self.multi:
             rows = pa.Table.from_arrays(
                 [rows["op"], pc.struct_field(rows["before"], str(table_id)),

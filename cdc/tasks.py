@@ -5,7 +5,9 @@ reads use. Three kinds of work (docs/source-design.md):
 
 * :class:`StageItem`: record LW, SELECT the chunk, write it to the state directory. No rows.
 * :class:`EmitItem`: chunks staged by the previous batch, merged with the binlog (LW, HW] into
-  ``op='r'`` rows. One binlog read per partition feeds all of its chunks.
+  ``op='r'`` rows. One binlog read per partition feeds all of its chunks. With a snapshot
+  hand-off (cdc/handoff.py) the task writes those rows to the sink's files itself and yields
+  one manifest row per file set.
 * :class:`StreamItem`: the binlog slice (start, end] of the batch, keeping the changes whose key
   lies in a chunk emitted before this batch (Flink CDC's ``shouldEmit``).
 
@@ -15,6 +17,7 @@ same rows. Connections open here, never on the driver.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import functools
 import logging
@@ -30,6 +33,7 @@ from cdc import faults
 from cdc.connection import ConnectionSettings
 from cdc.envelope import SnapshotSource, change_envelope, snapshot_envelope, split_key_changes
 from cdc.events import ChangeEvent
+from cdc.handoff import SnapshotHandoff
 from cdc.offsets import BinlogOffset, min_offset
 from cdc.schema import TableId, TableSchema
 from cdc.state import StateStore
@@ -42,6 +46,7 @@ from chunking.split import SnapshotSplit, decode_value
 log = logging.getLogger(__name__)
 
 EVENT_BLOCK = 4096  # binlog changes turned into one Arrow batch
+HANDOFF_ROWS = 131_072  # snapshot rows of one table buffered by an emit task before it writes files
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,7 @@ class TaskContext:
     layout: StreamLayout
     name: str
     fetch_backend: BackendName = "auto"
+    handoff: SnapshotHandoff | None = None
 
 
 class CdcPartition(InputPartition):
@@ -109,16 +115,27 @@ def run_partition(part: CdcPartition, ctx: TaskContext) -> Iterator[pa.RecordBat
     stages = [i for i in part.items if isinstance(i, StageItem)]
     emits = [i for i in part.items if isinstance(i, EmitItem)]
     streams = [i for i in part.items if isinstance(i, StreamItem)]
-    for item in stages:
-        _stage(item, ctx)
     if not emits and not streams:
+        for item in stages:
+            _stage(item, ctx)
         return
-    with contextlib.ExitStack() as resources:
+    # Staging waits on the server's SELECTs, emitting on Parquet writes; both release the GIL,
+    # so one task does both at once (the pipeline's two halves on one core).
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="stage") as pool, \
+            contextlib.ExitStack() as resources:
+        staging = pool.submit(_stage_all, stages, ctx) if stages else None
         conn = resources.enter_context(contextlib.closing(ctx.settings.connect()))
         if emits:
             yield from _emit(emits, part, ctx, conn, resources)
         for stream in streams:
             yield from _stream(stream, part, ctx, conn, resources)
+        if staging is not None:
+            staging.result()  # re-raises a staging failure in the task
+
+
+def _stage_all(items: list[StageItem], ctx: TaskContext) -> None:
+    for item in items:
+        _stage(item, ctx)
 
 
 def _stage(item: StageItem, ctx: TaskContext) -> None:
@@ -156,13 +173,44 @@ def _emit(items: list[EmitItem], part: CdcPartition, ctx: TaskContext, conn: Any
             for fill in fills:
                 fill.offer(block, hw)
     source = SnapshotSource(name=ctx.name, server_id=0, file=hw.file, pos=hw.pos, gtid=hw.gtid, ts_ms=part.ts_ms)
+    pending = _Handoff(ctx)
     for fill in fills:
         table = fill.schema.table_id
         rows = fill.result(ctx.store.read_staged(table, fill.split.split_id))
         envelope = snapshot_envelope(table, fill.schema, rows, source)
         faults.check(ctx.store, "emit")
         log.info("emitted %s: %d rows, %d binlog changes merged", fill.split.split_name, rows.num_rows, fill.applied)
-        yield from ctx.layout.to_stream(table, envelope).to_batches(max_chunksize=EVENT_BLOCK * 4)
+        if ctx.handoff is None:
+            yield from ctx.layout.to_stream(table, envelope).to_batches(max_chunksize=EVENT_BLOCK * 4)
+        else:
+            yield from pending.add(fill.schema, envelope)
+    yield from pending.flush()
+
+
+class _Handoff:
+    """Buffers an emit task's snapshot rows per table; writes them as files, yields manifests."""
+
+    def __init__(self, ctx: TaskContext) -> None:
+        self.ctx = ctx
+        self.tables: dict[TableId, tuple[TableSchema, list[pa.Table]]] = {}
+
+    def add(self, schema: TableSchema, envelope: pa.Table) -> Iterator[pa.RecordBatch]:
+        if envelope.num_rows:
+            self.tables.setdefault(schema.table_id, (schema, []))[1].append(envelope)
+            if sum(t.num_rows for t in self.tables[schema.table_id][1]) >= HANDOFF_ROWS:
+                yield from self._write(schema.table_id)
+
+    def flush(self) -> Iterator[pa.RecordBatch]:
+        for table in list(self.tables):
+            yield from self._write(table)
+
+    def _write(self, table: TableId) -> Iterator[pa.RecordBatch]:
+        schema, parts = self.tables.pop(table)
+        rows = pa.concat_tables(parts)
+        assert self.ctx.handoff is not None
+        files = self.ctx.handoff.write(schema, rows)
+        log.info("handed off %d snapshot rows of %s as %d files", rows.num_rows, table, len(files))
+        yield from self.ctx.layout.manifest(rows, files).to_batches()
 
 
 def _stream(item: StreamItem, part: CdcPartition, ctx: TaskContext, conn: Any,

@@ -29,7 +29,7 @@ def main(arg: str) -> None:
         writer(df, batch_id)
         print(f"batch {batch_id}", flush=True)
 
-    df = spark.readStream.format("mysql-cdc").options(**options).load()
+    df = spark.readStream.format("mysql-cdc").options(**options, **writer.source_options()).load()
     query = (df.writeStream.foreachBatch(write).option("checkpointLocation", spec["checkpoint"])
              .trigger(processingTime="200 milliseconds").start())
     print("started", flush=True)

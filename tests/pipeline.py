@@ -71,7 +71,7 @@ class Pipeline:
         source = MySqlCdcDataSource(options)
         sink = DeltaSink(DeltaSinkConfig(path=str(self.lake)), query_id=f"test-{self.database}")
         writer = BatchWriter(source.table_schemas(), sink, self.store)
-        df = self.spark.readStream.format("mysql-cdc").options(**options).load()
+        df = self.spark.readStream.format("mysql-cdc").options(**options, **writer.source_options()).load()
         query = (df.writeStream.foreachBatch(writer).option("checkpointLocation", str(self.checkpoint))
                  .trigger(availableNow=True).start())
         try:
