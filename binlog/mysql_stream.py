@@ -2,7 +2,9 @@
 
 :func:`open_library_stream` starts mysql-replication's ``BinLogStreamReader`` at a file/position;
 :class:`BinlogStream` walks its events, keeps track of where it stands (file, position, the last
-transaction boundary, the last change handed out) and turns rows events into ChangeEvents.
+transaction boundary, the last change handed out) and hands out the wanted rows events
+(:meth:`BinlogStream.rows_events`), which :meth:`BinlogStream.changes` turns into ChangeEvents
+row by row and ``binlog/block_batch.py`` into column-wise change blocks.
 
 Positions come from event headers: ``log_pos`` is where the next event starts, and an event
 starts ``event_size`` bytes before it. Artificial events the server sends on connect (a rotate to
@@ -15,7 +17,8 @@ import contextlib
 import functools
 import struct
 from collections.abc import Callable, Iterator
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import pymysql
 from pymysqlreplication import BinLogStreamReader
@@ -37,18 +40,22 @@ from pymysqlreplication.row_event import (
     WriteRowsEvent,
 )
 
+from binlog.blocks import BlockOp
 from binlog.convert import RowConverter
 from cdc.connection import Connection, ConnectionSettings
-from cdc.events import ChangeEvent, Op
+from cdc.events import ChangeEvent
 from cdc.exceptions import BinlogNotConfigured
 from cdc.offsets import BinlogOffset, ChangePosition
 from cdc.schema import TableId
+
+if TYPE_CHECKING:
+    from binlog.rows_decode import RowsDecoder  # imports numba: only where blocks are read
 
 _COM_BINLOG_DUMP = 0x12
 _BINLOG_SEND_ANNOTATE_ROWS_EVENT = 0x02
 _ANONYMOUS_GTID_LOG_EVENT = 34
 _TRANSACTION_PAYLOAD_EVENT = 40
-_OPS: dict[type, Op] = {WriteRowsEvent: "c", UpdateRowsEvent: "u", DeleteRowsEvent: "d"}
+_OPS: dict[type, BlockOp] = {WriteRowsEvent: "c", UpdateRowsEvent: "u", DeleteRowsEvent: "d"}
 
 # (table, binlog table id, binlog column names, where) -> the converter for that table's rows
 ConverterLookup = Callable[[TableId, int, tuple["str | None", ...], ChangePosition], RowConverter]
@@ -141,10 +148,11 @@ class BinlogStream:
         self.eof = False  # the server ended the stream (end of its binlog)
         self.usable = True  # False once an event beyond a slice end was read
         self.last: ChangeKey | None = skip_through  # the last change handed out
+        self.hold: BinlogOffset | None = None  # restart here: rows read but not handed out yet
         self._skip = skip_through
         self._index = _file_index(at.file)
         self._converter = converter
-        self._maps: dict[int, _TableMap] = {}  # by binlog table id, like the library's
+        self._maps: dict[int, TableMap] = {}  # by binlog table id, like the library's
         self._gtid: str | None = None
         self._thread: int | None = None
         self._query: str | None = None
@@ -168,8 +176,30 @@ class BinlogStream:
         with contextlib.suppress(Exception):
             self.lib.close()
 
+    def restart_point(self) -> BinlogOffset:
+        """Where to reopen after a lost connection: the transaction of the oldest change held.
+
+        That is the current transaction's start, or an earlier one while a reader holds rows it
+        has not handed out yet (``hold``, set by the block reader, which batches rows events).
+        """
+        return self.hold if self.hold is not None else self.boundary
+
     def changes(self, end: BinlogOffset, wanted: frozenset[TableId]) -> Iterator[ChangeEvent]:
         """Yield the changes before ``end``; return at ``end`` or when the server's binlog ends.
+
+        Raises:
+            StreamLost: the connection dropped.
+            BinlogNotConfigured: an event the reader cannot decode faithfully.
+        """
+        for ev, at in self.rows_events(end, wanted):
+            yield from self.row_changes(ev, at)
+
+    def rows_events(self, end: BinlogOffset,
+                    wanted: frozenset[TableId]) -> Iterator[tuple[Any, RowsAt]]:
+        """Walk to ``end`` (or the binlog's end), yielding the wanted rows events, undecoded.
+
+        Each comes with where it sits and its context; the rows of tables not wanted are never
+        decoded, nor are events whose rows were all handed out before a resume.
 
         Raises:
             StreamLost: the connection dropped.
@@ -191,7 +221,9 @@ class BinlogStream:
                 self.usable = False  # read past end: this connection cannot continue from end
                 return
             if isinstance(ev, RowsEvent):
-                yield from self._rows(ev, start, wanted)
+                at = self._rows_at(ev, start, wanted)
+                if at is not None:
+                    yield ev, at
             elif isinstance(ev, RotateEvent):
                 self._rotate(ev)
                 if (self._index, self.pos) >= end_key:
@@ -203,13 +235,13 @@ class BinlogStream:
             if (self._index, self.pos) >= end_key:
                 return
 
-    def _rows(self, ev: Any, start: int, wanted: frozenset[TableId]) -> Iterator[ChangeEvent]:
+    def _rows_at(self, ev: Any, start: int, wanted: frozenset[TableId]) -> RowsAt | None:
         table_map = self._maps.get(ev.table_id)
         if table_map is None or table_map.table_id not in wanted:
-            return  # rows are decoded lazily: skipping costs nothing
-        table_id, convert = table_map.table_id, table_map.converter
-        if convert is None:
-            convert = table_map.converter = self._converter(
+            return None  # rows are decoded lazily: skipping costs nothing
+        table_id = table_map.table_id
+        if table_map.converter is None:
+            table_map.converter = self._converter(
                 table_id, ev.table_id, table_map.names, ChangePosition(self.file, start, 0))
         file, index, op = self.file, self._index, _OPS.get(type(ev))
         if op is None:
@@ -218,14 +250,24 @@ class BinlogStream:
                 "binlog_row_value_options='' so updates carry full after images",
                 table=str(table_id), position=f"{file}:{start}")
         _require_full_image(ev, table_id, file, start)
-        skip = self._skip
+        skip, skip_rows = self._skip, 0
         if skip is not None and (index, start) > skip[:2]:
             self._skip = skip = None
+        if skip is not None:
+            if (index, start) < skip[:2]:
+                return None  # every row of it was handed out before the resume
+            skip_rows = skip[2] + 1
         header = ev.packet
-        ts_ms, server_id = header.timestamp * 1000, header.server_id
-        gtid, thread, query = self._gtid, self._thread, self._query
+        return RowsAt(table_map, op, file, index, start, skip_rows, header.timestamp * 1000,
+                      self._gtid, header.server_id, self._thread, self._query)
+
+    def row_changes(self, ev: Any, at: RowsAt) -> Iterator[ChangeEvent]:
+        """Decode a rows event row by row (mysql-replication, then ``RowConverter``)."""
+        convert = at.table_map.converter
+        assert convert is not None  # looked up by _rows_at
+        table_id, file, index, start, op = at.table_map.table_id, at.file, at.index, at.start, at.op
         for i, row in enumerate(ev.rows):
-            if skip is not None and (index, start, i) <= skip:
+            if i < at.skip_rows:
                 continue
             before = after = None
             if op == "c":
@@ -236,8 +278,8 @@ class BinlogStream:
                 before = convert(row["before_values"], row["before_none_sources"])
                 after = convert(row["after_values"], row["after_none_sources"])
             self.last = (index, start, i)
-            yield ChangeEvent(table_id, op, before, after, ChangePosition(file, start, i), ts_ms,
-                              gtid, server_id, thread, query)
+            yield ChangeEvent(table_id, op, before, after, ChangePosition(file, start, i),
+                              at.ts_ms, at.gtid, at.server_id, at.thread, at.query)
 
     def _track(self, ev: Any, start: int) -> None:
         """Follow table maps, transaction boundaries and context (GTID, thread, statement)."""
@@ -246,7 +288,7 @@ class BinlogStream:
             # server assigns a new id when a table's definition changes); remember it for the
             # whole stream, whichever tables the current slice wants.
             names = tuple(c.name for c in ev.columns)
-            self._maps[ev.table_id] = _TableMap(TableId(ev.schema, ev.table), names)
+            self._maps[ev.table_id] = TableMap(TableId(ev.schema, ev.table), names, ev.columns)
         elif isinstance(ev, (GtidEvent, MariadbGtidEvent)):
             self.boundary = BinlogOffset(self.file, start)
             self._gtid, self._thread, self._query = ev.gtid, None, None
@@ -283,15 +325,48 @@ class BinlogStream:
             self._maps.clear()
 
 
-class _TableMap:
-    """A binlog table map: which table, its column names, and (once needed) its converter."""
+class TableMap:
+    """A binlog table map: which table, its columns, and (once needed) how to decode its rows.
 
-    __slots__ = ("converter", "names", "table_id")
+    Attributes:
+        table_id: the table.
+        names: the binlog's column names.
+        columns: mysql-replication's column descriptions (binlog type and metadata).
+        converter: the per-row converter, looked up at the first wanted rows event.
+        decoder: the column-wise decoder (``binlog/rows_decode.py``) or why there is none;
+            decided once, by the block reader.
+    """
 
-    def __init__(self, table_id: TableId, names: tuple[str | None, ...]) -> None:
+    __slots__ = ("columns", "converter", "decoder", "names", "table_id")
+
+    def __init__(self, table_id: TableId, names: tuple[str | None, ...],
+                 columns: list[Any]) -> None:
         self.table_id = table_id
         self.names = names
+        self.columns = columns
         self.converter: RowConverter | None = None
+        self.decoder: RowsDecoder | str | None = None
+
+
+@dataclass(frozen=True)
+class RowsAt:
+    """A wanted rows event: its table map, operation, where it sits and its context.
+
+    Attributes:
+        skip_rows: leading rows already handed out before a resume (not to be handed out again).
+    """
+
+    table_map: TableMap
+    op: BlockOp
+    file: str
+    index: int  # the file's number, for ordering
+    start: int
+    skip_rows: int
+    ts_ms: int
+    gtid: str | None
+    server_id: int
+    thread: int | None
+    query: str | None
 
 
 def _require_full_image(ev: Any, table_id: TableId, file: str, start: int) -> None:
