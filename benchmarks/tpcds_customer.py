@@ -75,7 +75,7 @@ JAR = "/usr/share/java/mariadb-java-client.jar"
 KEY = "c_customer_sk"
 SERVER_IDS = "5400-5409"
 TARGETS = {"snapshot_vs_limit": 0.5, "snapshot_vs_jdbc": 1.2, "catch_up_per_s": 100_000,
-           "latency_p50_s": 2.0}
+           "changelog_latency_p50_s": 2.0, "mirror_latency_p50_s": 2.0}
 
 
 @dataclass
@@ -293,8 +293,9 @@ class Bench:
                    progress=r["progress"], rss=child.rss.to_dict(), trigger=a.trigger, load=load())
         self.facts["visibility"] = lat
         print(f"  visibility of {lat['changes']:,} changes at {lat['achieved_rate']:,.0f}/s: "
-              f"p50 {lat['p50_s']}s p99 {lat['p99_s']}s max {lat['max_s']}s "
-              f"(changelog p50 {lat['changelog_p50_s']}s; {lat['missing']} not visible)", flush=True)
+              f"changelog p50 {lat['changelog_p50_s']}s p99 {lat['changelog_p99_s']}s; mirror p50 "
+              f"{lat['mirror_p50_s']}s p99 {lat['mirror_p99_s']}s ({lat['mirror_merges']} MERGEs; "
+              f"{lat['missing']} not visible)", flush=True)
 
 
 def _pipeline_detail(r: dict[str, Any]) -> dict[str, Any]:
@@ -367,7 +368,8 @@ def explain(lines: list[Line], facts: dict[str, Any]) -> list[str]:
     if vis:
         out.append(f"visibility run: {vis['batches']} batches, median {vis['batch_seconds_median']}s "
                    f"(sink {vis['sink_seconds_median']}s), {vis['changes_per_batch_median']:,.0f} changes "
-                   f"per batch; mirror rows rewritten per MERGE {vis['merge_rows_copied_per_batch']}")
+                   f"per batch; {vis['mirror_merges']} mirror MERGEs, rows rewritten per MERGE "
+                   f"{vis['merge_rows_copied_per_merge']}")
     return out
 
 
@@ -430,8 +432,9 @@ def verdict(lines: list[Line], facts: dict[str, Any]) -> dict[str, Any]:
     vis = facts.get("visibility", {})
     got = {"best_snapshot": best.name, "snapshot_vs_limit": round(best.rate / refs["limit"].rate, 3),
            "snapshot_vs_jdbc": round(best.rate / jdbc.rate, 3) if jdbc else None,
-           "catch_up_per_s": round(catch.rate) if catch else None, "latency_p50_s": vis.get("p50_s")}
-    met = {k: (got[k] is not None and (got[k] <= v if k == "latency_p50_s" else got[k] >= v))
+           "catch_up_per_s": round(catch.rate) if catch else None,
+           "changelog_latency_p50_s": vis.get("changelog_p50_s"), "mirror_latency_p50_s": vis.get("mirror_p50_s")}
+    met = {k: (got[k] is not None and (got[k] <= v if k.endswith("latency_p50_s") else got[k] >= v))
            for k, v in TARGETS.items()}
     return {"targets": TARGETS, "got": got, "met": met}
 
@@ -463,7 +466,8 @@ def chart(lines: list[Line], facts: dict[str, Any], title: str, path: Path) -> N
     ax.legend(loc="lower right", fontsize=8)
     vis, catch = facts.get("visibility", {}), next((ln for ln in lines if ln.kind == "catch-up"), None)
     sub = f"catch-up {catch.rate:,.0f} changes/s; " if catch else ""
-    sub += f"visibility p50 {vis.get('p50_s')} s, p99 {vis.get('p99_s')} s" if vis else ""
+    sub += (f"visibility p50/p99: changelog {vis.get('changelog_p50_s')}/{vis.get('changelog_p99_s')} s, "
+            f"mirror {vis.get('mirror_p50_s')}/{vis.get('mirror_p99_s')} s") if vis else ""
     ax.set_title(f"{title}\n{sub}", fontsize=10)
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)

@@ -8,7 +8,8 @@ see later changes to the test's environment. Checking costs one ``stat`` per tas
 Points: ``stage`` (staging task, after its SELECT, before writing the staged file), ``plan``
 (driver, planning the next batch), ``emit`` (emit task, after merging, before yielding rows),
 ``stream`` (stream task, after reading its first changes), ``after_sink_commit`` (foreachBatch,
-after the Delta commits, before Spark writes its commit log).
+after the Delta commits, before Spark writes its commit log), ``mirror`` (the driver's mirror
+follower, before a background MERGE: the changelog holds batches the mirror lacks).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 from cdc.exceptions import CdcError, Transient
 from cdc.state import StateStore
 
-POINTS = ("stage", "plan", "emit", "stream", "after_sink_commit")
+POINTS = ("stage", "plan", "emit", "stream", "after_sink_commit", "mirror")
 
 
 class InjectedFault(CdcError, Transient):

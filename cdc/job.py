@@ -6,8 +6,10 @@ Runs on the driver. The source is given :meth:`BatchWriter.source_options`, so t
   driver: the emit tasks write them as Parquet files into the mirror and changelog directories
   (cdc/handoff.py, ``sinks.delta_files``) and the batch carries one manifest row per file set;
   the driver commits each table's files in one Delta transaction;
-* change rows (c/u/d) are collected on the driver and MERGEd into the mirror, appended to the
-  changelog (``sinks.delta``).
+* change rows (c/u/d) are collected on the driver and appended to the changelog; the mirror
+  MERGE runs behind, in a thread that coalesces the batches queued meanwhile
+  (``sinks.mirror_follower``; ``async_mirror=False`` MERGEs inline). :meth:`BatchWriter.close`
+  waits for it; after a crash the mirror catches up from the changelog before the first batch.
 
 Both commits are idempotent per (query, batch id), so a batch that Spark replays after a crash
 (it committed to Delta but Spark had not yet written its commit log) writes nothing twice. A
@@ -34,6 +36,7 @@ from cdc.stream_layout import StreamLayout
 from sinks.base import WriteResult
 from sinks.delta import DeltaSink
 from sinks.delta_files import StagedFile, commit_snapshot_files, handoff_options
+from sinks.mirror_follower import MirrorFollower
 
 log = logging.getLogger(__name__)
 
@@ -63,12 +66,27 @@ class BatchWriter:
         store: the source's state directory (for fault injection in tests).
     """
 
-    def __init__(self, schemas: dict[TableId, TableSchema], sink: DeltaSink, store: StateStore | None = None) -> None:
+    def __init__(self, schemas: dict[TableId, TableSchema], sink: DeltaSink, store: StateStore | None = None,
+                 *, async_mirror: bool = True) -> None:
         self.schemas = schemas
         self.layout = StreamLayout(list(schemas.values()), manifests=True)
         self.sink = sink
         self.store = store
         self.batches: list[BatchRecord] = []
+        self.follower: MirrorFollower | None = None
+        if async_mirror:
+            check = (lambda: faults.check(store, "mirror")) if store is not None else None
+            self.follower = MirrorFollower(sink, schemas, before_merge=check)
+            self.follower.recover()
+
+    def close(self) -> None:
+        """Wait until the mirrors hold every batch written so far (end of a run).
+
+        Raises:
+            Exception: a background MERGE failed (the next start recovers the mirror).
+        """
+        if self.follower is not None:
+            self.follower.close()
 
     def source_options(self) -> dict[str, str]:
         """Options the ``mysql-cdc`` source needs so that its snapshot rows arrive as files."""
@@ -81,13 +99,25 @@ class BatchWriter:
         record = BatchRecord(batch_id)
         rows = df.toArrow()  # one Spark job: manifests and change rows are small
         is_manifest = pc.is_valid(rows[MANIFEST_COLUMN])
-        self._commit_snapshot(rows.filter(is_manifest), record)
-        changes = rows.filter(pc.invert(is_manifest))
+        manifests, changes = rows.filter(is_manifest), rows.filter(pc.invert(is_manifest))
+        if manifests.num_rows:
+            if self.follower is not None:
+                self.follower.drain()  # the mirror takes every table's rows in batch order
+            self._commit_snapshot(manifests, record)
         record.change_rows = changes.num_rows
+        queued: dict[TableId, pa.Table] = {}
         for table_id, schema in self.schemas.items():
             mine = self.layout.from_stream(table_id, changes)
-            if mine.num_rows:
+            if not mine.num_rows:
+                continue
+            if self.follower is None:
                 record.changes.append(self.sink.write_batch(schema, mine, batch_id))
+            else:
+                written = self.sink.write_changelog(schema, mine, batch_id)
+                record.changes.append(WriteResult(str(table_id), batch_id, False, written, mine.num_rows))
+                queued[table_id] = mine
+        if self.follower is not None:
+            self.follower.submit(batch_id, queued)
         self.batches.append(record)
         log.info("batch %d: %d snapshot rows, %d change rows%s", batch_id, record.snapshot_rows,
                  record.change_rows, "" if record.wrote or not (record.snapshot_rows or record.change_rows)

@@ -256,6 +256,11 @@ class JobRunner:
         try:
             with stop_on_signals(stop := stop or threading.Event()):
                 _wait(query, stop, tracker)
+            try:
+                writer.close()  # the mirrors take the last batches before the summary counts them
+            except Exception as exc:
+                raise JobFailed(f"the mirror could not take the last batches (a restart catches it up "
+                                f"from the changelog): {root_cause(exc)}") from None
         finally:
             tracker.close()
         counts = table_counts(sink_config, schemas)

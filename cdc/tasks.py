@@ -26,12 +26,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 
+from binlog.blocks import ChangeBlock
 from binlog.mysql import BinlogReaderConfig, MySqlBinlogReader
 from cdc import faults
+from cdc.change_blocks import block_envelope
 from cdc.connection import ConnectionSettings
-from cdc.envelope import SnapshotSource, change_envelope, snapshot_envelope, split_key_changes
+from cdc.envelope import SnapshotSource, snapshot_envelope
 from cdc.events import ChangeEvent
 from cdc.handoff import SnapshotHandoff
 from cdc.offsets import BinlogOffset, min_offset
@@ -45,7 +48,8 @@ from chunking.split import SnapshotSplit, decode_value
 
 log = logging.getLogger(__name__)
 
-EVENT_BLOCK = 4096  # binlog changes turned into one Arrow batch
+EVENT_BLOCK = 4096  # binlog changes merged into staged chunks at a time
+STREAM_ROWS = 65_536  # binlog changes turned into stream rows at a time
 HANDOFF_ROWS = 131_072  # snapshot rows of one table buffered by an emit task before it writes files
 
 
@@ -220,17 +224,29 @@ def _stream(item: StreamItem, part: CdcPartition, ctx: TaskContext, conn: Any,
     if not filters or not item.start.is_before(item.end):
         return
     reader = _binlog(part, ctx, filters, resources)
-    for block in _blocks(reader.read(item.start, item.end)):
-        faults.check(ctx.store, "stream")
-        by_table: dict[TableId, list[ChangeEvent]] = {}
-        for change in block:
-            by_table.setdefault(change.table_id, []).append(change)
-        for table, changes in by_table.items():
-            schema = ctx.schemas[table]
-            kept = filters[table].keep(split_key_changes(changes, schema.primary_key))
-            if kept:
-                envelope = change_envelope(schema, kept, name=ctx.name)
-                yield from ctx.layout.to_stream(table, envelope).to_batches()
+    pending: list[ChangeBlock] = []
+    rows = 0
+    for block in reader.read_blocks(item.start, item.end):
+        pending.append(block)
+        rows += block.num_rows
+        if rows >= STREAM_ROWS:
+            yield from _stream_rows(pending, filters, ctx)
+            pending, rows = [], 0
+    if pending:
+        yield from _stream_rows(pending, filters, ctx)
+
+
+def _stream_rows(blocks: list[ChangeBlock], filters: dict[TableId, _RegionFilter],
+                 ctx: TaskContext) -> Iterator[pa.RecordBatch]:
+    """The stream's rows for consecutive change blocks, per table, column-wise."""
+    faults.check(ctx.store, "stream")
+    by_table: dict[TableId, list[ChangeBlock]] = {}
+    for block in blocks:
+        by_table.setdefault(block.table_id, []).append(block)
+    for table, mine in by_table.items():
+        envelope = filters[table].keep(block_envelope(ctx.schemas[table], mine, name=ctx.name))
+        if envelope.num_rows:
+            yield from ctx.layout.to_stream(table, envelope).to_batches()
 
 
 class _RegionFilter:
@@ -246,12 +262,15 @@ class _RegionFilter:
             self.order = KeyOrder(schema.column(self.column), conn)
             self.bound = self.order.bound_key(decode_value(region.upto))
 
-    def keep(self, changes: list[ChangeEvent]) -> list[ChangeEvent]:
-        if self.region.everything:
-            return changes
+    def keep(self, envelope: pa.Table) -> pa.Table:
+        """The change rows (``cdc.envelope`` layout) whose key (before image for deletes) is in."""
+        if self.region.everything or not envelope.num_rows:
+            return envelope
         assert self.order is not None and self.column is not None
-        keys = self.order.sort_keys([c.image()[self.column] for c in changes])
-        return [c for c, k in zip(changes, keys, strict=True) if k < self.bound]
+        keys = pc.if_else(pc.equal(envelope["op"], "d"), pc.struct_field(envelope["before"], self.column),
+                          pc.struct_field(envelope["after"], self.column))
+        sort_keys = self.order.sort_keys(keys.to_pylist())
+        return envelope.filter(pa.array([k < self.bound for k in sort_keys], pa.bool_()))
 
 
 def region_for(schema: TableSchema, state: str, upto: Any, chunk_key_column: str | None) -> Region | None:

@@ -76,8 +76,13 @@ class Pipeline:
                  .trigger(availableNow=True).start())
         try:
             query.awaitTermination()
-        finally:
+        except BaseException:
             query.stop()
+            with contextlib.suppress(Exception):  # the query's error is the one to report
+                writer.close()
+            raise
+        query.stop()
+        writer.close()  # the mirror catches up with the changelog before anything is checked
         return writer.batches
 
     def arm(self, point: str, after: int = 0) -> None:
