@@ -134,13 +134,14 @@ def pipeline_phase(spec: dict[str, Any]) -> dict[str, Any]:
     seconds, progress = _run_query(stream)
     drained = time.perf_counter()
     writer.close()  # the mirror follower's last MERGE belongs to the run
-    seconds += time.perf_counter() - drained
+    drain = time.perf_counter() - drained
+    seconds += drain
     spark.stop()
     driver: dict[str, float] = {}
     if writer.batches:  # else the noop sink ran: no foreachBatch call
         driver = _cumulative(prof, DRIVER_STEPS)
         driver.update(snapshot_commit=round(commit.seconds, 2), change_sink=round(sink_write.seconds, 2))
-    return {"seconds": seconds, "progress": summarize_progress(progress),
+    return {"seconds": seconds, "drain_s": round(drain, 2), "progress": summarize_progress(progress),
             "input_rows": sum(p.get("numInputRows", 0) for p in progress),
             "snapshot_rows": sum(b.snapshot_rows for b in writer.batches),
             "change_rows": sum(b.change_rows for b in writer.batches),
@@ -255,8 +256,11 @@ def decompose_phase(spec: dict[str, Any]) -> dict[str, Any]:
     reader: Any = source.streamReader(None)
     ctx, schemas = reader.context, source.table_schemas()
     _warm_up(ctx.settings, next(iter(schemas.values())))
-    first = reader.latestOffset(reader.initialOffset(), None)  # the warm-up batch: one chunk
-    planned = reader.latestOffset(first, None)  # splits the next chunks, writes their bounds
+    planned = reader.latestOffset(reader.initialOffset(), None)  # the warm-up batch: few chunks
+    for _ in range(8):  # plans ramp up to chunks_per_batch; only the last plan's chunks are run
+        planned = reader.latestOffset(planned, None)
+        if sum(hi - lo for lo, hi in planned["stage"].values()) >= int(options["chunks_per_batch"]):
+            break
     chunks = [(t, i) for t, (lo, hi) in planned["stage"].items() for i in range(lo, hi)]
     server_id = reader.server_ids[1]
     seconds, rows, prof = {"stage": 0.0, "emit (incl. Parquet)": 0.0}, 0, cProfile.Profile()
@@ -282,38 +286,48 @@ def decompose_phase(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def binlog_phase(spec: dict[str, Any]) -> dict[str, Any]:
-    """The stream task's work without Spark: read a binlog slice, build the stream's rows."""
+    """The stream task's work without Spark: read a binlog slice as change blocks, build the
+    change rows column-wise, write them as changelog files (as cdc/tasks.py does with the job's
+    hand-off)."""
     from binlog.mysql import BinlogReaderConfig, MySqlBinlogReader
+    from cdc.change_blocks import block_envelope
     from cdc.connection import ConnectionSettings
-    from cdc.envelope import change_envelope, split_key_changes
     from cdc.offsets import BinlogOffset
     from cdc.schema import TableId, load_table_schema
-    from cdc.stream_layout import StreamLayout
-    from cdc.tasks import EVENT_BLOCK
+    from cdc.tasks import STREAM_ROWS
+    from sinks.delta import DeltaSinkConfig
+    from sinks.delta_files import write_change_files
 
     cdc = ConnectionSettings(**spec["cdc"])
     table = TableId(spec["database"], spec["table"])
     with contextlib.closing(cdc.connect()) as conn:
         schema = load_table_schema(conn, table)
-    layout, limit = StreamLayout([schema]), spec["max_changes"]
+    sink = DeltaSinkConfig(path=spec["lake"])
     _warm_up(cdc, schema)
     config = BinlogReaderConfig(connection=cdc, server_id=spec["server_id"], tables=(table,))
-    seconds, changes, block, prof = {"binlog": 0.0, "rows": 0.0}, 0, [], cProfile.Profile()
+    seconds = {"binlog blocks": 0.0, "change rows": 0.0, "changelog files": 0.0}
+    changes, prof = 0, cProfile.Profile()
     emit("ready")
     prof.enable()
     with MySqlBinlogReader(config) as reader:
-        events = iter(reader.read(BinlogOffset.from_dict(spec["start"]), BinlogOffset.from_dict(spec["end"])))
-        while changes < limit:
-            began = time.perf_counter()
-            block = [e for _, e in zip(range(EVENT_BLOCK), events, strict=False)]
-            seconds["binlog"] += time.perf_counter() - began
-            if not block:
+        blocks = iter(reader.read_blocks(BinlogOffset.from_dict(spec["start"]), BinlogOffset.from_dict(spec["end"])))
+        while changes < spec["max_changes"]:
+            began, pending, rows = time.perf_counter(), [], 0
+            for block in blocks:
+                pending.append(block)
+                rows += block.num_rows
+                if rows >= STREAM_ROWS:
+                    break
+            seconds["binlog blocks"] += time.perf_counter() - began
+            if not pending:
                 break
-            began = time.perf_counter()  # as cdc.tasks does for each block of the slice
-            layout.to_stream(table, change_envelope(schema, split_key_changes(block, schema.primary_key),
-                                                    name="bench")).to_batches()
-            seconds["rows"] += time.perf_counter() - began
-            changes += len(block)
+            began = time.perf_counter()
+            envelope = block_envelope(schema, pending, name="bench")
+            seconds["change rows"] += time.perf_counter() - began
+            began = time.perf_counter()
+            write_change_files(sink, schema, envelope)
+            seconds["changelog files"] += time.perf_counter() - began
+            changes += envelope.num_rows
     prof.disable()
     return {"changes": changes, "seconds": seconds, "profile_tottime": top_functions(prof, "tottime", 15)}
 

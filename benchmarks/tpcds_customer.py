@@ -194,7 +194,8 @@ class Bench:
         mirror = self.mirror_rows(job)
         name = f"ours p={p}, {cpb} chunks/batch" + (f", {write_rate:g} upd/s" if write_rate else "")
         detail = _pipeline_detail(r)
-        detail.update(mirror_rows=mirror, mirror_ok=mirror == self.table.rows, chunks_per_batch=cpb)
+        detail.update(mirror_rows=mirror, mirror_ok=mirror == self.table.rows, chunks_per_batch=cpb,
+                      **_after_start_up(r, r["snapshot_rows"]))
         if writer is not None:
             detail["writes"] = {"updates": writer.updates, "seconds": round(writer.seconds, 1),
                                 "error": writer.error}
@@ -245,16 +246,18 @@ class Bench:
         started_load, child = load(), self.start(f"catch-up-p{p}", self.pipeline_spec(job, p, cpb))
         r = child.wait()
         detail = _pipeline_detail(r)
-        detail.update(expected_changes=changed, changes_ok=r["change_rows"] == changed)
+        detail.update(expected_changes=changed, changes_ok=r["change_rows"] == changed,
+                      **_after_start_up(r, r["change_rows"]))
         self.add(Line(f"binlog catch-up p={p} ({changed:,} updates)", "catch-up", r["change_rows"],
                       r["seconds"], started_load, p, child.rss.to_dict(), detail))
         self.decompose_binlog(start, end)
 
     def decompose_binlog(self, start: dict[str, Any], end: dict[str, Any]) -> None:
-        """The stream task's work on the burst, without Spark: binlog parsing, then rows."""
+        """The stream task's work on the burst, without Spark: change blocks, rows, files."""
         t = self.table
         spec = {"kind": "binlog", "cdc": asdict(t.box.cdc), "database": t.database, "table": t.table,
-                "server_id": 5409, "start": start, "end": end, "max_changes": 20_000}
+                "server_id": 5409, "start": start, "end": end, "max_changes": 10**9,
+                "lake": str(self.work / "decompose-binlog" / "lake")}
         r = self.start("decompose-binlog", spec).wait()
         total = sum(r["seconds"].values())
         self.facts["stream_work_without_spark"] = {
@@ -301,6 +304,14 @@ class Bench:
 def _pipeline_detail(r: dict[str, Any]) -> dict[str, Any]:
     return {"batches": r["batches"], "change_rows": r["change_rows"], "progress": r["progress"],
             "driver_seconds": r["driver_seconds"], "driver_profile": r["profile"]}
+
+
+def _after_start_up(r: dict[str, Any], rows: int) -> dict[str, Any]:
+    """The query's time outside its batches (Spark's streaming start-up, mostly) and the rate
+    without it: the JDBC peer's time excludes its session start too."""
+    outside = r["seconds"] - r.get("drain_s", 0.0) - r["progress"]["seconds_by_step"].get("triggerExecution", 0.0)
+    return {"start_up_s": round(outside, 2), "mirror_drain_s": r.get("drain_s"),
+            "rate_after_start_up": round(rows / max(r["seconds"] - outside, 1e-9))}
 
 
 def _median(values: list[float]) -> float:
@@ -350,6 +361,8 @@ def explain(lines: list[Line], facts: dict[str, Any]) -> list[str]:
         out.append(f"{ln.name}: {prog.get('batches')} batches, median {prog.get('batch_seconds_median')}s"
                    f"; addBatch {steps.get('addBatch', 0):.1f}s, offset/commit logs {wal:.1f}s, "
                    f"outside batches (start-up, planning) {outside:.1f}s"
+                   + (f" -> {ln.detail['rate_after_start_up']:,} rows/s without it"
+                      if "rate_after_start_up" in ln.detail else "")
                    + (f"; driver: {', '.join(f'{k} {v}s' for k, v in drv.items())}" if drv else ""))
     model = batch_model(lines)
     if model:

@@ -153,6 +153,10 @@ class DeltaSinkSection(_Model):
     engine: Literal["auto", "delta-rs", "delta-spark"] = Field(default="auto", description="`delta-rs`, "
                                                                "`delta-spark`, or `auto` (delta-spark when its "
                                                                "jars are on the classpath)")
+    async_mirror: bool = Field(default=True, description="MERGE the mirror in a background thread that "
+                               "trails the changelog (batches queued meanwhile are merged together; after "
+                               "a crash the mirror catches up from the changelog); `false` MERGEs inside "
+                               "every batch")
 
 
 class JobConfig(_Model):

@@ -15,8 +15,10 @@ The writer is named, not imported, so that the core imports no sink: the source 
 ``snapshot_writer`` is JSON ``{"writer": "module:function", "config": {...}}`` and the optional
 ``snapshot_writer_secret`` holds JSON merged into ``config`` (object-store credentials; Spark
 redacts option values whose key contains ``secret``). The function runs on executors as
-``function(config: dict, schema: TableSchema, changes: pa.Table) -> list[dict]``: ``changes``
-are one table's ``op='r'`` rows in the ``cdc.envelope`` layout; it returns JSON-able file
+``function(config: dict, schema: TableSchema, changes: pa.Table, stream: str) -> list[dict]``:
+``changes`` are one table's rows in the ``cdc.envelope`` layout, ``op='r'`` rows of emitted
+chunks (``stream='snapshot'``) or, in binlog order, the change rows of the batch's binlog slice
+(``stream='changes'``: they skip Spark's row conversion the same way); it returns JSON-able file
 descriptions.
 """
 
@@ -38,7 +40,7 @@ MANIFEST_COLUMN = "snapshot_files"
 WRITER_OPTION = "snapshot_writer"
 SECRET_OPTION = "snapshot_writer_secret"
 
-FileWriter = Callable[[dict[str, Any], TableSchema, pa.Table], list[dict[str, Any]]]
+FileWriter = Callable[[dict[str, Any], TableSchema, pa.Table, str], list[dict[str, Any]]]
 
 
 @dataclass(frozen=True)
@@ -76,9 +78,10 @@ class SnapshotHandoff:
                               f"{SECRET_OPTION} a JSON object")
         return cls(writer, {**config, **secret})
 
-    def write(self, schema: TableSchema, changes: pa.Table) -> list[dict[str, Any]]:
-        """Executor: write one table's snapshot rows; returns the files' descriptions."""
-        return _resolve(self.writer)(self.config, schema, changes)
+    def write(self, schema: TableSchema, changes: pa.Table, stream: str = "snapshot") -> list[dict[str, Any]]:
+        """Executor: write one table's snapshot rows (``stream='snapshot'``) or binlog change
+        rows (``'changes'``); returns the files' descriptions."""
+        return _resolve(self.writer)(self.config, schema, changes, stream)
 
 
 def options_for(writer: str, config: dict[str, Any], secret: dict[str, Any] | None = None) -> dict[str, str]:

@@ -6,10 +6,12 @@ Runs on the driver. The source is given :meth:`BatchWriter.source_options`, so t
   driver: the emit tasks write them as Parquet files into the mirror and changelog directories
   (cdc/handoff.py, ``sinks.delta_files``) and the batch carries one manifest row per file set;
   the driver commits each table's files in one Delta transaction;
-* change rows (c/u/d) are collected on the driver and appended to the changelog; the mirror
-  MERGE runs behind, in a thread that coalesces the batches queued meanwhile
-  (``sinks.mirror_follower``; ``async_mirror=False`` MERGEs inline). :meth:`BatchWriter.close`
-  waits for it; after a crash the mirror catches up from the changelog before the first batch.
+* change rows (c/u/d) skip Spark's row conversion the same way: the stream task writes them as
+  changelog files, the driver commits them (tagged with the batch id) and reads them back for
+  the mirror. The mirror MERGE runs behind, in a thread that coalesces the batches queued
+  meanwhile (``sinks.mirror_follower``; ``async_mirror=False`` MERGEs inline).
+  :meth:`BatchWriter.close` waits for it; after a crash the mirror catches up from the changelog
+  before the first batch.
 
 Both commits are idempotent per (query, batch id), so a batch that Spark replays after a crash
 (it committed to Delta but Spark had not yet written its commit log) writes nothing twice. A
@@ -35,7 +37,13 @@ from cdc.state import StateStore
 from cdc.stream_layout import StreamLayout
 from sinks.base import WriteResult
 from sinks.delta import DeltaSink
-from sinks.delta_files import StagedFile, commit_snapshot_files, handoff_options
+from sinks.delta_files import (
+    StagedFile,
+    commit_change_files,
+    commit_snapshot_files,
+    handoff_options,
+    read_change_files,
+)
 from sinks.mirror_follower import MirrorFollower
 
 log = logging.getLogger(__name__)
@@ -74,6 +82,7 @@ class BatchWriter:
         self.store = store
         self.batches: list[BatchRecord] = []
         self.follower: MirrorFollower | None = None
+        self._queued: dict[TableId, pa.Table] = {}
         if async_mirror:
             check = (lambda: faults.check(store, "mirror")) if store is not None else None
             self.follower = MirrorFollower(sink, schemas, before_merge=check)
@@ -97,27 +106,26 @@ class BatchWriter:
             raise ConfigError("the mysql-cdc stream has no snapshot_files column: give the source "
                               "BatchWriter.source_options() so that snapshot rows arrive as files")
         record = BatchRecord(batch_id)
-        rows = df.toArrow()  # one Spark job: manifests and change rows are small
+        rows = df.toArrow()  # one Spark job: manifests (and any change rows) are small
         is_manifest = pc.is_valid(rows[MANIFEST_COLUMN])
-        manifests, changes = rows.filter(is_manifest), rows.filter(pc.invert(is_manifest))
-        if manifests.num_rows:
+        snapshot, changes = self._manifests(rows.filter(is_manifest))
+        if snapshot:
             if self.follower is not None:
                 self.follower.drain()  # the mirror takes every table's rows in batch order
-            self._commit_snapshot(manifests, record)
-        record.change_rows = changes.num_rows
-        queued: dict[TableId, pa.Table] = {}
+            self._commit_snapshot(snapshot, record)
+        for table_id, staged in changes.items():  # change rows the stream task wrote as files
+            schema = self.schemas[table_id]
+            written = commit_change_files(self.sink.config, schema, staged, self.sink.query_id, batch_id)
+            rows_of_table = read_change_files(self.sink.config, schema, staged)
+            self._mirror(schema, rows_of_table, batch_id, written, record)
+        inline = rows.filter(pc.invert(is_manifest))  # change rows sent as rows (no hand-off)
         for table_id, schema in self.schemas.items():
-            mine = self.layout.from_stream(table_id, changes)
-            if not mine.num_rows:
-                continue
-            if self.follower is None:
-                record.changes.append(self.sink.write_batch(schema, mine, batch_id))
-            else:
-                written = self.sink.write_changelog(schema, mine, batch_id)
-                record.changes.append(WriteResult(str(table_id), batch_id, False, written, mine.num_rows))
-                queued[table_id] = mine
+            mine = self.layout.from_stream(table_id, inline)
+            if mine.num_rows:
+                self._mirror(schema, mine, batch_id, self.sink.write_changelog(schema, mine, batch_id), record)
         if self.follower is not None:
-            self.follower.submit(batch_id, queued)
+            self.follower.submit(batch_id, self._queued)
+        self._queued = {}
         self.batches.append(record)
         log.info("batch %d: %d snapshot rows, %d change rows%s", batch_id, record.snapshot_rows,
                  record.change_rows, "" if record.wrote or not (record.snapshot_rows or record.change_rows)
@@ -125,13 +133,35 @@ class BatchWriter:
         if self.store is not None:
             faults.check(self.store, "after_sink_commit")
 
-    def _commit_snapshot(self, manifests: pa.Table, record: BatchRecord) -> None:
-        """Commit the files the emit tasks wrote, one transaction per table and kind."""
-        by_table: dict[str, list[StagedFile]] = {}
+    def _manifests(self, manifests: pa.Table) -> tuple[dict[str, list[StagedFile]], dict[TableId, list[StagedFile]]]:
+        """The batch's handed-off files: snapshot files per table name, change files per table
+        (in stream order)."""
+        snapshot: dict[str, list[StagedFile]] = {}
+        changes: dict[TableId, list[StagedFile]] = {}
         for text in manifests[MANIFEST_COLUMN].to_pylist():
             for f in json.loads(text):
                 staged = StagedFile.from_dict(f)
-                by_table.setdefault(staged.table, []).append(staged)
+                if staged.stream == "changes":
+                    changes.setdefault(TableId.parse(staged.table), []).append(staged)
+                else:
+                    snapshot.setdefault(staged.table, []).append(staged)
+        return snapshot, changes
+
+    def _mirror(self, schema: TableSchema, rows: pa.Table, batch_id: int, changelog_written: bool,
+                record: BatchRecord) -> None:
+        """Record a table's change rows, and MERGE them into its mirror (or queue the MERGE)."""
+        record.change_rows += rows.num_rows
+        if self.follower is None:
+            mirrored = self.sink.write_mirror(schema, rows, batch_id)
+        else:
+            mirrored = False
+            queued = self._queued.get(schema.table_id)
+            self._queued[schema.table_id] = rows if queued is None else pa.concat_tables([queued, rows])
+        record.changes.append(WriteResult(str(schema.table_id), batch_id, mirrored, changelog_written,
+                                          rows.num_rows))
+
+    def _commit_snapshot(self, by_table: dict[str, list[StagedFile]], record: BatchRecord) -> None:
+        """Commit the files the emit tasks wrote, one transaction per table and kind."""
         for name, staged_files in sorted(by_table.items()):
             schema = self.schemas[TableId.parse(name)]
             committed = commit_snapshot_files(self.sink.config, schema, staged_files, self.sink.query_id,

@@ -108,7 +108,9 @@ class PlannerOptions:
     Attributes:
         chunks_per_batch: the most chunks a batch stages (and so the next one emits).
         warmup_chunks: the most chunks a batch stages when it emits none (the first snapshot
-            batch): a small first batch starts the stage/emit pipeline sooner.
+            batch): a small first batch starts the stage/emit pipeline sooner. Later batches
+            stage at most 4 times what they emit, up to ``chunks_per_batch``, so that staging
+            and emitting stay balanced while the pipeline fills.
         splitter: chunk size, distribution-factor bounds.
         chunk_key_columns: ``db.table`` -> column, for tables without a primary key.
         snapshot: snapshot the tables (startup modes initial and snapshot).
@@ -171,8 +173,7 @@ class Planner:
         """
         tables = self._with_new_tables(start.tables)
         tables = self._mark_emitted(tables, start.stage)
-        budget = self.options.chunks_per_batch if start.stage else min(self.options.warmup_chunks,
-                                                                       self.options.chunks_per_batch)
+        budget = min(self.options.chunks_per_batch, max(self.options.warmup_chunks, 4 * _count(start.stage)))
         stage, tables = self._assign(tables, budget)
         hw = self._high_watermark(start, emitting=bool(start.stage), target=target)
         if not stage and not start.stage and hw == start.binlog and tables == start.tables:

@@ -247,7 +247,8 @@ class JobRunner:
 
         sink_config = DeltaSinkConfig(path=self.config.sink.path, storage_options=dict(self.config.sink.storage_options),
                                       engine=self.config.sink.engine)
-        writer = BatchWriter(schemas, DeltaSink(sink_config, query_id=query_id, spark=spark), store)
+        writer = BatchWriter(schemas, DeltaSink(sink_config, query_id=query_id, spark=spark), store,
+                             async_mirror=self.config.sink.async_mirror)
         tracker = ProgressTracker(self.config.source.chunk_size, SourceSettings.from_options(self.options).connection())
         started = time.monotonic()
         query = self._start(spark, writer, once)

@@ -71,10 +71,10 @@ class StreamLayout:
             columns.append(pa.nulls(changes.num_rows, pa.string()))
         return pa.Table.from_arrays(columns, names=list(self.arrow_schema.names)).cast(self.arrow_schema)
 
-    def manifest(self, snapshot_rows: pa.Table, files: list[dict[str, Any]]) -> pa.Table:
-        """One manifest row for files holding ``snapshot_rows`` (one table's ``op='r'`` rows):
-        their first row's op/source/ts_ms, null images, and the files' JSON descriptions."""
-        first = snapshot_rows.slice(0, 1)
+    def manifest(self, rows: pa.Table, files: list[dict[str, Any]]) -> pa.Table:
+        """One manifest row for files holding ``rows`` (one table's change rows, envelope
+        layout): their first row's op/source/ts_ms, null images, the files' JSON descriptions."""
+        first = rows.slice(0, 1)
         images = pa.nulls(1, self.arrow_schema.field("after").type)
         return pa.Table.from_arrays(
             [first["op"], images, images, first["source"], first["ts_ms"], pa.array([json.dumps(files)])],

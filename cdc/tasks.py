@@ -245,8 +245,13 @@ def _stream_rows(blocks: list[ChangeBlock], filters: dict[TableId, _RegionFilter
         by_table.setdefault(block.table_id, []).append(block)
     for table, mine in by_table.items():
         envelope = filters[table].keep(block_envelope(ctx.schemas[table], mine, name=ctx.name))
-        if envelope.num_rows:
+        if not envelope.num_rows:
+            continue
+        if ctx.handoff is None:
             yield from ctx.layout.to_stream(table, envelope).to_batches()
+        else:
+            files = ctx.handoff.write(ctx.schemas[table], envelope, "changes")
+            yield from ctx.layout.manifest(envelope, files).to_batches()
 
 
 class _RegionFilter:

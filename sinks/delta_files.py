@@ -31,7 +31,7 @@ import os
 import time
 import uuid
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -73,6 +73,8 @@ class StagedFile:
         modification_time: epoch milliseconds.
         stats: Delta statistics JSON.
         num_records: rows in the file.
+        stream: ``snapshot`` (``r`` rows, committed by :func:`commit_snapshot_files`) or
+            ``changes`` (binlog change rows of the changelog, :func:`commit_change_files`).
     """
 
     kind: TableKind
@@ -82,6 +84,7 @@ class StagedFile:
     modification_time: int
     stats: str
     num_records: int
+    stream: str = "snapshot"
 
     def add_action(self) -> AddAction:
         """The Delta ``add`` action that makes this file part of the table."""
@@ -105,11 +108,50 @@ def handoff_options(config: DeltaSinkConfig) -> dict[str, str]:
     return options_for(HANDOFF_WRITER, public, {"storage_options": config.storage_options})
 
 
-def handoff_write(config: dict[str, Any], schema: TableSchema, changes: pa.Table) -> list[dict[str, Any]]:
-    """Executor: the hand-off writer (cdc/handoff.py) of the Delta sink; see :func:`write_snapshot_files`."""
+def handoff_write(config: dict[str, Any], schema: TableSchema, changes: pa.Table,
+                  stream: str = "snapshot") -> list[dict[str, Any]]:
+    """Executor: the hand-off writer (cdc/handoff.py) of the Delta sink: snapshot rows go to
+    :func:`write_snapshot_files`, change rows to :func:`write_change_files`."""
     from sinks.delta import DeltaSinkConfig
 
-    return [f.to_dict() for f in write_snapshot_files(DeltaSinkConfig(**config), schema, changes)]
+    sink = DeltaSinkConfig(**config)
+    files = write_change_files(sink, schema, changes) if stream == "changes" else \
+        write_snapshot_files(sink, schema, changes)
+    return [f.to_dict() for f in files]
+
+
+def write_change_files(config: DeltaSinkConfig, schema: TableSchema, changes: pa.Table) -> list[StagedFile]:
+    """Executor side: write binlog change rows (c/u/d, stream order) as one changelog file.
+
+    Raises:
+        InvalidChangeBatch: the rows break the change-batch contract.
+    """
+    batch = normalize(changes, schema)
+    if batch.num_rows == 0:
+        return []
+    staged = _write_file(config, schema, "changelog", batch.cast(changelog_schema(schema)))
+    return [replace(staged, stream="changes")]
+
+
+def read_change_files(config: DeltaSinkConfig, schema: TableSchema, files: Iterable[StagedFile]) -> pa.Table:
+    """Driver side: the change rows of ``files`` (changelog layout), in the given order."""
+    uri = config.uri(schema.table_id, "changelog")
+    local = _local_dir(uri)
+    fs: pafs.FileSystem = pafs.LocalFileSystem() if local is not None else \
+        pafs.PyFileSystem(DeltaStorageHandler(uri, config.storage_options or None))
+    root = local if local is not None else ""
+    storage = changelog_schema(schema)
+    return pa.concat_tables([pq.read_table(os.path.join(root, f.path), filesystem=fs).cast(storage)
+                             for f in files])
+
+
+def commit_change_files(config: DeltaSinkConfig, schema: TableSchema, files: list[StagedFile],
+                        query_id: str, batch_id: int) -> bool:
+    """Driver side: commit a batch's change files to the changelog in one transaction, tagged
+    like :meth:`sinks.delta.DeltaSink.write_changelog` (the mirror follower finds batches by it).
+    False when the changelog already holds the batch."""
+    return _commit(config, schema, "changelog", changelog_schema(schema), files, app_id(query_id, "batch"),
+                   batch_id)
 
 
 def write_snapshot_files(

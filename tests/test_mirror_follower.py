@@ -13,6 +13,7 @@ from change_batches import SINGLE_KEY, apply, batch, event, frozen_rows, model_r
 
 from cdc.schema import TableSchema
 from sinks.delta import DeltaSink, DeltaSinkConfig
+from sinks.delta_files import commit_change_files, read_change_files, write_change_files
 from sinks.mirror_follower import ChangelogGap, MirrorFollower, changelog_batches_after
 
 S = SINGLE_KEY
@@ -99,3 +100,19 @@ def test_a_failed_merge_surfaces_on_the_next_submit_or_drain(sink: DeltaSink) ->
         follower.drain()
     with pytest.raises(RuntimeError, match="disk full"):
         follower.submit(1, {S.table_id: batch(S, events)})
+
+
+def test_change_files_commit_once_per_batch_and_read_back_in_order(sink: DeltaSink) -> None:
+    config = sink.config
+    events = random_batches(3, seed=5)
+    for batch_id, evs in enumerate(events):
+        staged = write_change_files(config, S, batch(S, evs))
+        assert [f.stream for f in staged] == ["changes"]
+        assert commit_change_files(config, S, staged, sink.query_id, batch_id)
+        replay = write_change_files(config, S, batch(S, evs))  # a replayed batch writes new files
+        assert not commit_change_files(config, S, replay, sink.query_id, batch_id)
+        back = read_change_files(config, S, staged)
+        assert back["op"].to_pylist() == [e["op"] for e in evs]
+    assert [b for b, _ in changelog_batches_after(sink, S, -1)] == [0, 1, 2]
+    changelog = deltalake.DeltaTable(config.uri(S.table_id, "changelog")).to_pyarrow_table()
+    assert changelog.num_rows == sum(map(len, events))
