@@ -191,14 +191,7 @@ class MySqlBinlogReader:
         that only the per-row path decodes, in which case its blocks hold that path's values.
 
         Raises:
-            ValueError: ``end`` is before ``start``, or a table is not configured.
-            BinlogPurged: the server no longer has ``start``'s binlog file.
-            BinlogNotConfigured: the server settings do not allow CDC.
-            MissingPrivilege: the user lacks REPLICATION SLAVE or REPLICATION CLIENT.
-            InvalidBinlogPosition: the server cannot serve ``start`` or never reaches ``end``.
-            SchemaChanged: a table's columns changed within the slice.
-            SourceUnreachable: the connection keeps dropping (or the server is down).
-            ConfigError: another replica took over this reader's server id.
+            CdcError: the errors of :meth:`read`, for the same reasons.
         """
         from binlog.block_batch import stream_blocks  # loads numba only where blocks are read
 

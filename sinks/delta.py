@@ -40,6 +40,7 @@ from sinks.changes import (
     ops_are,
     snapshot_rows,
 )
+from sinks.delta_rewrite import rewrite_all
 from sinks.delta_tables import (
     TableKind,
     app_id,
@@ -218,6 +219,8 @@ class DeltaRsWriter:
             return True
         key = mirror_key(schema)
         source = mirror_changes(batch, key, storage)
+        if rewrite_all(self._config, schema, table, source, storage, props):
+            return True  # every file held a changed key: rewritten file by file, in parallel
         _merge(table, source, key, storage.names, props, null_safe=not schema.primary_key)
         ensure_marked(table, app, batch_id)
         return True

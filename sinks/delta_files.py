@@ -129,14 +129,14 @@ def write_change_files(config: DeltaSinkConfig, schema: TableSchema, changes: pa
     batch = normalize(changes, schema)
     if batch.num_rows == 0:
         return []
-    staged = _write_file(config, schema, "changelog", batch.cast(changelog_schema(schema)))
+    staged = write_table_file(config, schema, "changelog", batch.cast(changelog_schema(schema)))
     return [replace(staged, stream="changes")]
 
 
 def read_change_files(config: DeltaSinkConfig, schema: TableSchema, files: Iterable[StagedFile]) -> pa.Table:
     """Driver side: the change rows of ``files`` (changelog layout), in the given order."""
     uri = config.uri(schema.table_id, "changelog")
-    local = _local_dir(uri)
+    local = local_dir(uri)
     fs: pafs.FileSystem = pafs.LocalFileSystem() if local is not None else \
         pafs.PyFileSystem(DeltaStorageHandler(uri, config.storage_options or None))
     root = local if local is not None else ""
@@ -175,17 +175,17 @@ def write_snapshot_files(
     mirror = snapshot_rows(batch, mirror_schema(schema))
     changelog = batch.cast(changelog_schema(schema))
     return [
-        _write_file(config, schema, "mirror", mirror),
-        _write_file(config, schema, "changelog", changelog),
+        write_table_file(config, schema, "mirror", mirror),
+        write_table_file(config, schema, "changelog", changelog),
     ]
 
 
-def _write_file(
+def write_table_file(
     config: DeltaSinkConfig, schema: TableSchema, kind: TableKind, rows: pa.Table
 ) -> StagedFile:
     uri = config.uri(schema.table_id, kind)
     path = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
-    local = _local_dir(uri)
+    local = local_dir(uri)
     if local is not None:  # pyarrow's own file system: no Python file object in between
         os.makedirs(local, exist_ok=True)
         fs, target = pafs.LocalFileSystem(), os.path.join(local, path)
@@ -216,7 +216,7 @@ def _parquet_options(kind: TableKind, schema: pa.Schema) -> dict[str, Any]:
     return {"use_dictionary": ["op", *strings], "write_statistics": ["op", "ts_ms"]}
 
 
-def _local_dir(uri: str) -> str | None:
+def local_dir(uri: str) -> str | None:
     """The directory of a local table root; None for an object store."""
     if "://" not in uri:
         return uri
