@@ -39,7 +39,7 @@ Phases: the default runs parallelism 2 with chunks_per_batch 8 (the default) and
 adds parallelism 1, the snapshot under writes and the noop run; ``--quick`` drops the second batch
 size, bursts 100k updates and measures latency for 10 s.
 
-Prints a table, writes ``benchmarks/results/tpcds_customer-<date>-sf<scale>[-full|-quick].json``
+Prints a table, writes ``benchmarks/results/tpcds_customer-<date>-sf<scale>[-full|-quick][-burstN].json``
 and a PNG bar chart next to it. The machine is shared: each line notes the load average at its
 start. Targets (reported, never asserted): ours at parallelism 2 >= 0.5x the limit and >= 1.2x the
 JDBC peer; catch-up >= 100k changes/s; visibility p50 <= 2 s.
@@ -74,6 +74,7 @@ RESULTS = Path(__file__).with_name("results")
 JAR = "/usr/share/java/mariadb-java-client.jar"
 KEY = "c_customer_sk"
 SERVER_IDS = "5400-5409"
+BURST = 300_000  # default updates of the catch-up burst
 TARGETS = {"snapshot_vs_limit": 0.5, "snapshot_vs_jdbc": 1.2, "catch_up_per_s": 100_000,
            "changelog_latency_p50_s": 2.0, "mirror_latency_p50_s": 2.0}
 
@@ -498,7 +499,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--chunk-size", type=int, default=8096, help="rows per snapshot chunk")
     p.add_argument("--chunks-per-batch", type=int, default=32, help="the larger chunks_per_batch tried")
     p.add_argument("--write-rate", type=float, default=100.0, help="updates/s during the snapshot-with-writes run")
-    p.add_argument("--burst", type=int, default=300_000, help="updates applied before the catch-up run")
+    p.add_argument("--burst", type=int, default=BURST, help="updates applied before the catch-up run")
     p.add_argument("--latency-rate", type=float, default=1000.0, help="single-row updates/s of the latency run")
     p.add_argument("--latency-seconds", type=float, default=30.0, help="how long the measured latency window is")
     p.add_argument("--latency-warmup", type=float, default=5.0,
@@ -553,7 +554,8 @@ def main() -> None:
     where = explain(lines, facts)
     print("\nwhere the time goes:\n  " + "\n  ".join(where))
     stamp = dt.date.today().isoformat()
-    mode = "-quick" if args.quick else "-full" if args.full else ""
+    mode = ("-quick" if args.quick else "-full" if args.full else "") + (
+        f"-burst{args.burst}" if args.burst != BURST and not args.quick else "")
     out = RESULTS / f"tpcds_customer-{stamp}-sf{args.scale}{mode}.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps({
