@@ -248,7 +248,7 @@ class Bench:
         r = child.wait()
         detail = _pipeline_detail(r)
         detail.update(expected_changes=changed, changes_ok=r["change_rows"] == changed,
-                      **_after_start_up(r, r["change_rows"]))
+                      mirror_drain_s=r.get("drain_s"))
         self.add(Line(f"binlog catch-up p={p} ({changed:,} updates)", "catch-up", r["change_rows"],
                       r["seconds"], started_load, p, child.rss.to_dict(), detail))
         self.decompose_binlog(start, end)
@@ -361,7 +361,8 @@ def explain(lines: list[Line], facts: dict[str, Any]) -> list[str]:
         wal = steps.get("walCommit", 0.0) + steps.get("commitOffsets", 0.0)
         out.append(f"{ln.name}: {prog.get('batches')} batches, median {prog.get('batch_seconds_median')}s"
                    f"; addBatch {steps.get('addBatch', 0):.1f}s, offset/commit logs {wal:.1f}s, "
-                   f"outside batches (start-up, planning) {outside:.1f}s"
+                   f"outside batches (start-up, planning; the mirror's background MERGE overlaps "
+                   f"this after the last batch) {outside:.1f}s"
                    + (f" -> {ln.detail['rate_after_start_up']:,} rows/s without it"
                       if "rate_after_start_up" in ln.detail else "")
                    + (f"; driver: {', '.join(f'{k} {v}s' for k, v in drv.items())}" if drv else ""))
