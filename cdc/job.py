@@ -82,7 +82,7 @@ class BatchWriter:
         self.store = store
         self.batches: list[BatchRecord] = []
         self.follower: MirrorFollower | None = None
-        self._queued: dict[TableId, pa.Table] = {}
+        self._queued: dict[TableId, pa.Table | list[StagedFile]] = {}
         if async_mirror:
             check = (lambda: faults.check(store, "mirror")) if store is not None else None
             self.follower = MirrorFollower(sink, schemas, before_merge=check)
@@ -116,8 +116,7 @@ class BatchWriter:
         for table_id, staged in changes.items():  # change rows the stream task wrote as files
             schema = self.schemas[table_id]
             written = commit_change_files(self.sink.config, schema, staged, self.sink.query_id, batch_id)
-            rows_of_table = read_change_files(self.sink.config, schema, staged)
-            self._mirror(schema, rows_of_table, batch_id, written, record)
+            self._mirror(schema, staged, batch_id, written, record)
         inline = rows.filter(pc.invert(is_manifest))  # change rows sent as rows (no hand-off)
         for table_id, schema in self.schemas.items():
             mine = self.layout.from_stream(table_id, inline)
@@ -147,18 +146,24 @@ class BatchWriter:
                     snapshot.setdefault(staged.table, []).append(staged)
         return snapshot, changes
 
-    def _mirror(self, schema: TableSchema, rows: pa.Table, batch_id: int, changelog_written: bool,
-                record: BatchRecord) -> None:
-        """Record a table's change rows, and MERGE them into its mirror (or queue the MERGE)."""
-        record.change_rows += rows.num_rows
+    def _mirror(self, schema: TableSchema, changes: pa.Table | list[StagedFile], batch_id: int,
+                changelog_written: bool, record: BatchRecord) -> None:
+        """Record a table's change rows (or the changelog files holding them), and MERGE them
+        into its mirror (or queue the MERGE: the follower reads the files)."""
+        count = changes.num_rows if isinstance(changes, pa.Table) else sum(f.num_records for f in changes)
+        record.change_rows += count
         if self.follower is None:
-            mirrored = self.sink.write_mirror(schema, rows, batch_id)
+            mirrored = self.sink.write_mirror(schema, self._read(schema, changes), batch_id)
         else:
             mirrored = False
-            queued = self._queued.get(schema.table_id)
-            self._queued[schema.table_id] = rows if queued is None else pa.concat_tables([queued, rows])
-        record.changes.append(WriteResult(str(schema.table_id), batch_id, mirrored, changelog_written,
-                                          rows.num_rows))
+            if schema.table_id in self._queued:  # rows and files of one table in one batch: read now
+                earlier = self._queued[schema.table_id]
+                changes = pa.concat_tables([self._read(schema, earlier), self._read(schema, changes)])
+            self._queued[schema.table_id] = changes
+        record.changes.append(WriteResult(str(schema.table_id), batch_id, mirrored, changelog_written, count))
+
+    def _read(self, schema: TableSchema, changes: pa.Table | list[StagedFile]) -> pa.Table:
+        return changes if isinstance(changes, pa.Table) else read_change_files(self.sink.config, schema, changes)
 
     def _commit_snapshot(self, by_table: dict[str, list[StagedFile]], record: BatchRecord) -> None:
         """Commit the files the emit tasks wrote, one transaction per table and kind."""

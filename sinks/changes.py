@@ -169,22 +169,31 @@ def mirror_changes(batch: pa.Table, key: tuple[str, ...], row_schema: pa.Schema)
     Returns:
         The rows of ``row_schema`` plus a boolean :data:`DELETE_FLAG` column: true means "remove
         this key" (the other columns then hold the last before image), false means "this is the
-        key's row now". One row per key.
+        key's row now". One row per key, in no particular order (keys are unique, so a MERGE
+        does not depend on it).
     """
     seq = _row_numbers(batch.num_rows)
     removes = pc.is_in(batch["op"], value_set=pa.array(["u", "d"]))
     upserts = pc.is_in(batch["op"], value_set=pa.array(["c", "u", "r"]))
+    # Pick the winners on narrow columns (key values, order), then take only their images.
+    # An effect's order is 2 * row for a remove and 2 * row + 1 for an upsert.
+    effects = pa.concat_tables([
+        pa.Table.from_arrays(
+            [pc.struct_field(batch[image], k).filter(mask) for k in key]
+            + [pc.add(pc.multiply(seq.filter(mask), 2), offset)],
+            names=[*key, _SEQ])
+        for image, mask, offset in (("before", removes, 0), ("after", upserts, 1))
+    ])
+    last = effects.group_by(list(key), use_threads=False).aggregate([(_SEQ, "max")])[f"{_SEQ}_max"]
+    order = pc.sort_indices(last)
+    winners = last.take(order)
+    is_upsert = pc.equal(pc.bit_wise_and(winners, 1), 1)
     parts = []
-    for image, mask, offset, flag in (("before", removes, 0, True), ("after", upserts, 1, False)):
-        rows = image_rows(batch.filter(mask), image, row_schema)
-        order = pc.add(pc.multiply(seq.filter(mask), 2), offset)
-        rows = rows.append_column(_SEQ, order)
-        rows = rows.append_column(DELETE_FLAG, pa.repeat(pa.scalar(flag), rows.num_rows))
-        parts.append(rows)
-    effects = pa.concat_tables(parts)
-    last = effects.group_by(list(key), use_threads=False).aggregate([(_SEQ, "max")])
-    winners = effects.filter(pc.is_in(effects[_SEQ], value_set=last[f"{_SEQ}_max"]))
-    return winners.sort_by(_SEQ).drop_columns([_SEQ])
+    for image, mask, flag in (("before", pc.invert(is_upsert), True), ("after", is_upsert, False)):
+        picked = winners.filter(mask)
+        rows = image_rows(pa.table({image: batch[image].take(pc.shift_right(picked, 1))}), image, row_schema)
+        parts.append(rows.append_column(DELETE_FLAG, pa.repeat(pa.scalar(flag), rows.num_rows)))
+    return pa.concat_tables(parts)
 
 
 def _row_numbers(n: int) -> pa.Array:

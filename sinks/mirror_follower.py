@@ -40,10 +40,11 @@ from cdc.exceptions import CdcError, Terminal
 from cdc.schema import TableId, TableSchema
 from sinks.changes import changelog_schema
 from sinks.delta import DeltaSink
+from sinks.delta_files import StagedFile, read_change_files
 
 log = logging.getLogger(__name__)
 
-Changes = dict[TableId, pa.Table]
+Changes = dict[TableId, "pa.Table | list[StagedFile]"]  # rows, or changelog files holding them
 
 
 class ChangelogGap(CdcError, Terminal):
@@ -88,7 +89,8 @@ class MirrorFollower:
         return applied
 
     def submit(self, batch_id: int, changes: Changes) -> None:
-        """Queue one batch's change rows (per table, change-batch layout) for the mirrors."""
+        """Queue one batch's change rows for the mirrors: per table, the rows (change-batch
+        layout) or the changelog files that hold them (read in the follower's thread)."""
         self.raise_error()
         if not changes:
             return
@@ -148,10 +150,15 @@ class MirrorFollower:
             self.before_merge()
         last = work[-1][0]
         for table_id, schema in self.schemas.items():
-            parts = [changes[table_id] for _, changes in work if table_id in changes]
+            parts = [self._rows(schema, changes[table_id]) for _, changes in work if table_id in changes]
             if parts:
                 self.sink.write_mirror(schema, pa.concat_tables(parts), last)
         self.merges += 1
+
+    def _rows(self, schema: TableSchema, changes: pa.Table | list[StagedFile]) -> pa.Table:
+        if isinstance(changes, pa.Table):
+            return changes
+        return read_change_files(self.sink.config, schema, changes)  # here, not in the batch
 
     def _mirror_version(self, schema: TableSchema) -> int:
         try:
