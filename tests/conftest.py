@@ -7,13 +7,16 @@ a Docker engine answers; see cdc/sandbox.py).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import itertools
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pymysql
 import pytest
 
+from binlog.mysql import BinlogReaderConfig, MySqlBinlogReader
 from cdc.sandbox import Endpoint, MariaDbSandbox, Sandbox, start_sandbox
+from cdc.schema import TableId
 
 
 @pytest.fixture(scope="session")
@@ -57,6 +60,34 @@ def admin(mysql_server: Sandbox, database: str) -> Iterator[pymysql.connections.
 def cdc_endpoint(mysql_server: Sandbox) -> Endpoint:
     """Credentials of the least-privilege CDC user (SELECT, REPLICATION SLAVE/CLIENT only)."""
     return mysql_server.cdc
+
+
+@pytest.fixture
+def cdc_conn(cdc_endpoint: Endpoint) -> Iterator[pymysql.connections.Connection]:
+    """A connection as the CDC user."""
+    with contextlib.closing(cdc_endpoint.connect()) as conn:
+        yield conn
+
+
+_server_ids = itertools.count(5400)
+
+
+@pytest.fixture
+def reader(cdc_endpoint: Endpoint, database: str) -> Iterator[Callable[..., MySqlBinlogReader]]:
+    """Build binlog readers for tables of the test database, each with a fresh server id; closes
+    them. ``make(*tables, endpoint=..., db=..., server_id=..., **BinlogReaderConfig options)``."""
+    made: list[MySqlBinlogReader] = []
+
+    def make(*tables: str, endpoint: Endpoint = cdc_endpoint, db: str = database,
+             server_id: int | None = None, **options: Any) -> MySqlBinlogReader:
+        config = BinlogReaderConfig(endpoint, server_id or next(_server_ids),
+                                    tuple(TableId(db, t) for t in tables), **options)
+        made.append(MySqlBinlogReader(config))
+        return made[-1]
+
+    yield make
+    for r in made:
+        r.close()
 
 
 @pytest.fixture(scope="session")

@@ -8,12 +8,9 @@ after a killed connection while rows are held in a batch).
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-import itertools
 import logging
 import time
-from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -25,38 +22,15 @@ from hypothesis import strategies as st
 from test_binlog_mysql import TYPED_ROW, TYPED_UPDATE, TYPES_DDL, create_abc, run
 
 from binlog.blocks import ChangeBlock
-from binlog.mysql import BinlogReaderConfig, MySqlBinlogReader, current_offset
+from binlog.mysql import MySqlBinlogReader, current_offset
 from cdc.change_blocks import block_envelope
 from cdc.envelope import change_envelope, split_key_changes
 from cdc.offsets import BinlogOffset
-from cdc.sandbox import Endpoint, Sandbox
+from cdc.sandbox import Sandbox
 from cdc.schema import TableId, load_table_schema
 from cdc.tpcds import customer_ddl
 
 Conn = pymysql.connections.Connection
-_server_ids = itertools.count(5600)
-
-
-@pytest.fixture
-def cdc_conn(cdc_endpoint: Endpoint) -> Iterator[Conn]:
-    with contextlib.closing(cdc_endpoint.connect()) as conn:
-        yield conn
-
-
-@pytest.fixture
-def reader(cdc_endpoint: Endpoint, database: str) -> Iterator[Any]:
-    """Build readers of tables of the test database (fresh server ids); closes them."""
-    made: list[MySqlBinlogReader] = []
-
-    def make(*tables: str) -> MySqlBinlogReader:
-        config = BinlogReaderConfig(cdc_endpoint, next(_server_ids),
-                                    tuple(TableId(database, t) for t in tables))
-        made.append(MySqlBinlogReader(config))
-        return made[-1]
-
-    yield make
-    for r in made:
-        r.close()
 
 
 def assert_same_changes(r: MySqlBinlogReader, conn: Conn, start: BinlogOffset,

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import itertools
 import pickle
 import struct
 import threading
@@ -36,33 +35,8 @@ from cdc.offsets import BinlogOffset
 from cdc.sandbox import Endpoint, MariaDbSandbox, Sandbox
 from cdc.schema import Column, TableId, load_table_schema
 
-_server_ids = itertools.count(5400)
-
 Conn = pymysql.connections.Connection
 ReaderFactory = Callable[..., MySqlBinlogReader]
-
-
-@pytest.fixture
-def cdc_conn(cdc_endpoint: Endpoint) -> Iterator[Conn]:
-    with contextlib.closing(cdc_endpoint.connect()) as conn:
-        yield conn
-
-
-@pytest.fixture
-def reader(cdc_endpoint: Endpoint, database: str) -> Iterator[ReaderFactory]:
-    """Build readers for tables of the test database, each with a fresh server id; closes them."""
-    made: list[MySqlBinlogReader] = []
-
-    def make(*tables: str, endpoint: Endpoint = cdc_endpoint, db: str = database,
-             server_id: int | None = None, **options: Any) -> MySqlBinlogReader:
-        config = BinlogReaderConfig(endpoint, server_id or next(_server_ids),
-                                    tuple(TableId(db, t) for t in tables), **options)
-        made.append(MySqlBinlogReader(config))
-        return made[-1]
-
-    yield make
-    for r in made:
-        r.close()
 
 
 def run(admin: Conn, *statements: str) -> None:
@@ -362,16 +336,13 @@ def test_values_are_typed_like_a_select(admin: Conn, cdc_endpoint: Endpoint,
 
 
 def test_timestamps_are_utc_whatever_the_server_and_local_time_zone(
-        india_server: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
+        india_server: Sandbox, reader: ReaderFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TZ", "EST+05")  # this process's local time: UTC-5 (POSIX notation)
     time.tzset()
     db = india_server.create_database()
-    made: list[MySqlBinlogReader] = []
 
     def make(*tables: str) -> MySqlBinlogReader:
-        made.append(MySqlBinlogReader(BinlogReaderConfig(
-            india_server.cdc, next(_server_ids), tuple(TableId(db, t) for t in tables))))
-        return made[-1]
+        return reader(*tables, endpoint=india_server.cdc, db=db)
 
     try:
         with contextlib.closing(india_server.admin.connect(db)) as admin:
@@ -383,8 +354,6 @@ def test_timestamps_are_utc_whatever_the_server_and_local_time_zone(
             [event] = make("typed").read(start, current_offset(local))
         assert event.after and event.after["ts"] == dt.datetime(2020, 1, 1, 4, 30, tzinfo=dt.timezone.utc)
     finally:
-        for r in made:
-            r.close()
         india_server.drop_database(db)
         monkeypatch.delenv("TZ")
         time.tzset()
