@@ -6,6 +6,7 @@ snapshot reader and the binlog reader type their values from one description of 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -185,13 +186,23 @@ def load_table_schema(conn: Any, table_id: TableId) -> TableSchema:
         pk = tuple(r[0] for r in cur.fetchall())
     columns = tuple(
         Column(
-            name=r[0], data_type=str(r[1]).lower(), column_type=str(r[2]).lower(),
+            name=r[0], data_type=str(r[1]).lower(), column_type=lower_keywords(str(r[2])),
             nullable=r[3] == "YES", precision=_int(r[4]), scale=_int(r[5]),
             datetime_precision=_int(r[6]), charset=r[7], collation=r[8],
         )
         for r in rows
     )
     return TableSchema(table_id=table_id, columns=columns, primary_key=pk)
+
+
+_QUOTED_PART = re.compile(r"('(?:[^']|'')*')")
+
+
+def lower_keywords(column_type: str) -> str:
+    """``COLUMN_TYPE`` with its keywords lower-cased and its quoted literals (ENUM and SET
+    members) kept as defined: ``SET('Apple','b') -> set('Apple','b')``."""
+    parts = _QUOTED_PART.split(column_type)
+    return "".join(p if i % 2 else p.lower() for i, p in enumerate(parts))
 
 
 def _int(v: Any) -> int | None:

@@ -607,3 +607,15 @@ def test_value_converters_for_special_columns() -> None:
     assert mysql_json and mysql_json({b"k": [1, b"x", None]}) == '{"k": [1, "x", null]}'
     ucs2 = value_converter(col("varchar", "varchar(5)", charset="ucs2"))
     assert ucs2 and ucs2("é".encode("utf-16-be")) == "é"
+
+
+def test_set_and_enum_members_keep_their_case(admin: Conn, cdc_conn: Conn, reader: ReaderFactory,
+                                              database: str) -> None:
+    run(admin, "CREATE TABLE cased (id INT PRIMARY KEY, s SET('Apple','b','Kiwi'), e ENUM('Red','g'))")
+    start = current_offset(cdc_conn)
+    run(admin, "INSERT INTO cased VALUES (1, 'Apple,b', 'Red'), (2, 'Kiwi', 'g'), (3, '', NULL)")
+    schema = load_table_schema(cdc_conn, TableId(database, "cased"))
+    assert schema.column("s").column_type == "set('Apple','b','Kiwi')"
+    rows = [e.after for e in reader("cased").read(start, current_offset(cdc_conn))]
+    assert rows == [{"id": 1, "s": "Apple,b", "e": "Red"}, {"id": 2, "s": "Kiwi", "e": "g"},
+                    {"id": 3, "s": "", "e": None}]
