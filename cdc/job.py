@@ -7,9 +7,9 @@ Runs on the driver. The source is given :meth:`BatchWriter.source_options`, so t
   (cdc/handoff.py, ``sinks.delta_files``) and the batch carries one manifest row per file set;
   the driver commits each table's files in one Delta transaction;
 * change rows (c/u/d) skip Spark's row conversion the same way: the stream task writes them as
-  changelog files, the driver commits them (tagged with the batch id) and reads them back for
-  the mirror. The mirror MERGE runs behind, in a thread that coalesces the batches queued
-  meanwhile (``sinks.mirror_follower``; ``async_mirror=False`` MERGEs inline).
+  changelog files and the driver commits them, tagged with the batch id. The mirror MERGE runs
+  behind, in a thread that reads those files and coalesces the batches queued meanwhile
+  (``sinks.mirror_follower``; ``async_mirror=False`` reads and MERGEs inline).
   :meth:`BatchWriter.close` waits for it; after a crash the mirror catches up from the changelog
   before the first batch.
 
@@ -27,14 +27,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from cdc import faults
 from cdc.exceptions import ConfigError
 from cdc.handoff import MANIFEST_COLUMN
 from cdc.schema import TableId, TableSchema
 from cdc.state import StateStore
-from cdc.stream_layout import StreamLayout
 from sinks.base import WriteResult
 from sinks.delta import DeltaSink
 from sinks.delta_files import (
@@ -77,12 +75,10 @@ class BatchWriter:
     def __init__(self, schemas: dict[TableId, TableSchema], sink: DeltaSink, store: StateStore | None = None,
                  *, async_mirror: bool = True) -> None:
         self.schemas = schemas
-        self.layout = StreamLayout(list(schemas.values()), manifests=True)
         self.sink = sink
         self.store = store
         self.batches: list[BatchRecord] = []
         self.follower: MirrorFollower | None = None
-        self._queued: dict[TableId, pa.Table | list[StagedFile]] = {}
         if async_mirror:
             check = (lambda: faults.check(store, "mirror")) if store is not None else None
             self.follower = MirrorFollower(sink, schemas, before_merge=check)
@@ -106,25 +102,22 @@ class BatchWriter:
             raise ConfigError("the mysql-cdc stream has no snapshot_files column: give the source "
                               "BatchWriter.source_options() so that snapshot rows arrive as files")
         record = BatchRecord(batch_id)
-        rows = df.toArrow()  # one Spark job: manifests (and any change rows) are small
-        is_manifest = pc.is_valid(rows[MANIFEST_COLUMN])
-        snapshot, changes = self._manifests(rows.filter(is_manifest))
+        # One Spark job. With the hand-off every row is a manifest: the tasks wrote the data.
+        snapshot, changes = self._manifests(df.toArrow())
         if snapshot:
             if self.follower is not None:
                 self.follower.drain()  # the mirror takes every table's rows in batch order
             self._commit_snapshot(snapshot, record)
-        for table_id, staged in changes.items():  # change rows the stream task wrote as files
+        for table_id, staged in changes.items():
             schema = self.schemas[table_id]
             written = commit_change_files(self.sink.config, schema, staged, self.sink.query_id, batch_id)
-            self._mirror(schema, staged, batch_id, written, record)
-        inline = rows.filter(pc.invert(is_manifest))  # change rows sent as rows (no hand-off)
-        for table_id, schema in self.schemas.items():
-            mine = self.layout.from_stream(table_id, inline)
-            if mine.num_rows:
-                self._mirror(schema, mine, batch_id, self.sink.write_changelog(schema, mine, batch_id), record)
+            mirrored = self.follower is None and self.sink.write_mirror(
+                schema, read_change_files(self.sink.config, schema, staged), batch_id)
+            count = sum(f.num_records for f in staged)
+            record.change_rows += count
+            record.changes.append(WriteResult(str(table_id), batch_id, mirrored, written, count))
         if self.follower is not None:
-            self.follower.submit(batch_id, self._queued)
-        self._queued = {}
+            self.follower.submit(batch_id, dict(changes))  # the follower reads the files itself
         self.batches.append(record)
         log.info("batch %d: %d snapshot rows, %d change rows%s", batch_id, record.snapshot_rows,
                  record.change_rows, "" if record.wrote or not (record.snapshot_rows or record.change_rows)
@@ -145,25 +138,6 @@ class BatchWriter:
                 else:
                     snapshot.setdefault(staged.table, []).append(staged)
         return snapshot, changes
-
-    def _mirror(self, schema: TableSchema, changes: pa.Table | list[StagedFile], batch_id: int,
-                changelog_written: bool, record: BatchRecord) -> None:
-        """Record a table's change rows (or the changelog files holding them), and MERGE them
-        into its mirror (or queue the MERGE: the follower reads the files)."""
-        count = changes.num_rows if isinstance(changes, pa.Table) else sum(f.num_records for f in changes)
-        record.change_rows += count
-        if self.follower is None:
-            mirrored = self.sink.write_mirror(schema, self._read(schema, changes), batch_id)
-        else:
-            mirrored = False
-            if schema.table_id in self._queued:  # rows and files of one table in one batch: read now
-                earlier = self._queued[schema.table_id]
-                changes = pa.concat_tables([self._read(schema, earlier), self._read(schema, changes)])
-            self._queued[schema.table_id] = changes
-        record.changes.append(WriteResult(str(schema.table_id), batch_id, mirrored, changelog_written, count))
-
-    def _read(self, schema: TableSchema, changes: pa.Table | list[StagedFile]) -> pa.Table:
-        return changes if isinstance(changes, pa.Table) else read_change_files(self.sink.config, schema, changes)
 
     def _commit_snapshot(self, by_table: dict[str, list[StagedFile]], record: BatchRecord) -> None:
         """Commit the files the emit tasks wrote, one transaction per table and kind."""

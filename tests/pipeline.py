@@ -54,6 +54,7 @@ class Pipeline:
         self.lake = self.workdir / "lake"
         self.state_dir = self.workdir / "checkpoint_state"  # next to the checkpoint, not inside
         self.store = StateStore(str(self.state_dir))
+        self.async_mirror = True
 
     def source_options(self) -> dict[str, str]:
         c = self.box.cdc
@@ -70,7 +71,7 @@ class Pipeline:
         options = self.source_options()
         source = MySqlCdcDataSource(options)
         sink = DeltaSink(DeltaSinkConfig(path=str(self.lake)), query_id=f"test-{self.database}")
-        writer = BatchWriter(source.table_schemas(), sink, self.store)
+        writer = BatchWriter(source.table_schemas(), sink, self.store, async_mirror=self.async_mirror)
         df = self.spark.readStream.format("mysql-cdc").options(**options, **writer.source_options()).load()
         query = (df.writeStream.foreachBatch(writer).option("checkpointLocation", str(self.checkpoint))
                  .trigger(availableNow=True).start())

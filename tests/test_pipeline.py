@@ -56,7 +56,10 @@ def check_all(p: Pipeline) -> None:
         assert_changelog_exact(p, table_id.table, schema)
 
 
-def test_snapshot_with_concurrent_writers_is_exact(pipeline: Pipeline, admin: Any, mysql_server: Sandbox) -> None:
+@pytest.mark.parametrize("async_mirror", [True, False], ids=["mirror-follows", "mirror-inline"])
+def test_snapshot_with_concurrent_writers_is_exact(async_mirror: bool, pipeline: Pipeline, admin: Any,
+                                                   mysql_server: Sandbox) -> None:
+    pipeline.async_mirror = async_mirror
     create_table(admin)
     writer = RandomWriter(mysql_server, pipeline.database, "t", seed=11)
     with writing(writer):
