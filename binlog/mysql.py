@@ -182,7 +182,8 @@ class MySqlBinlogReader:
         return self._slice(start, end, tables, BinlogStream.changes)
 
     def read_blocks(self, start: BinlogOffset, end: BinlogOffset,
-                    tables: Collection[TableId] | None = None) -> Iterator[ChangeBlock]:
+                    tables: Collection[TableId] | None = None, *,
+                    decode_from: BinlogOffset | None = None) -> Iterator[ChangeBlock]:
         """Like :meth:`read`, but one :class:`ChangeBlock` (Arrow tables) per rows event.
 
         The same changes as :meth:`read`, in the same order, with the same slice, resume and end
@@ -190,29 +191,40 @@ class MySqlBinlogReader:
         column-wise into Arrow (``binlog/rows_decode.py``) unless the table has a column type
         that only the per-row path decodes, in which case its blocks hold that path's values.
 
+        ``decode_from`` splits a slice over several readers: rows events that start before it
+        are walked over but not decoded (a reader must still start at a transaction boundary to
+        know the table maps). ``decode_from`` and ``end`` may then be any byte positions, even
+        inside an event: an event belongs to the piece its first byte lies in, so readers of
+        ``(start, c1]``, ``(start, c2]`` from ``c1``, ... together yield each change once.
+
         Raises:
             CdcError: the errors of :meth:`read`, for the same reasons.
+            ValueError: ``decode_from`` lies outside the slice.
         """
         from binlog.block_batch import stream_blocks  # loads numba only where blocks are read
 
-        return self._slice(start, end, tables, stream_blocks)
+        if decode_from is not None and (decode_from.is_before(start) or end.is_before(decode_from)):
+            raise ValueError(f"decode_from {decode_from} is outside the slice ({start}, {end}]")
+        return self._slice(start, end, tables, stream_blocks, decode_from)
 
     def _slice(self, start: BinlogOffset, end: BinlogOffset, tables: Collection[TableId] | None,
-               walk: Walk[T]) -> Iterator[T]:
+               walk: Walk[T], decode_from: BinlogOffset | None = None) -> Iterator[T]:
         wanted = self._tables if tables is None else frozenset(tables)
         if not wanted <= self._tables:
             raise ValueError(f"tables {sorted(map(str, wanted - self._tables))} are not configured")
         if end.is_before(start):
             raise ValueError(f"slice end {end} is before its start {start}")
-        return self._read(start, end, wanted, walk) if start.is_before(end) else iter(())
+        return self._read(start, end, wanted, walk, decode_from) if start.is_before(end) else iter(())
 
     def _read(self, start: BinlogOffset, end: BinlogOffset, wanted: frozenset[TableId],
-              walk: Walk[T]) -> Iterator[T]:
+              walk: Walk[T], decode_from: BinlogOffset | None) -> Iterator[T]:
         finished, resumes = False, 0
+        first = start if decode_from is None else decode_from
         try:
             stream = self._stream_at(start)
             deadline = time.monotonic() + self.config.end_wait_timeout
             while True:
+                stream.decode_from(first)
                 try:
                     yield from walk(stream, end, wanted)
                 except StreamLost:

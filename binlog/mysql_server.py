@@ -230,10 +230,20 @@ def binary_logs(conn: Any) -> list[str]:
         BinlogNotConfigured: binary logging is off.
         MissingPrivilege: the user lacks REPLICATION CLIENT (BINLOG MONITOR).
     """
+    return list(binary_log_sizes(conn))
+
+
+def binary_log_sizes(conn: Any) -> dict[str, int]:
+    """Each binlog file the server still has and its size in bytes, oldest first.
+
+    Raises:
+        BinlogNotConfigured: binary logging is off.
+        MissingPrivilege: the user lacks REPLICATION CLIENT (BINLOG MONITOR).
+    """
     try:
         with conn.cursor() as cur:
             cur.execute("SHOW BINARY LOGS")
-            return [str(r[0]) for r in cur.fetchall()]
+            return {str(r[0]): int(r[1]) for r in cur.fetchall()}
     except pymysql.err.OperationalError as exc:
         raise _status_error(conn, exc) from None
 

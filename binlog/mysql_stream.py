@@ -151,6 +151,7 @@ class BinlogStream:
         self.hold: BinlogOffset | None = None  # restart here: rows read but not handed out yet
         self._skip = skip_through
         self._index = _file_index(at.file)
+        self._first = (self._index, at.pos)  # rows events starting before this are not wanted
         self._converter = converter
         self._maps: dict[int, TableMap] = {}  # by binlog table id, like the library's
         self._gtid: str | None = None
@@ -167,6 +168,11 @@ class BinlogStream:
             self.boundary = offset
             return True
         return False
+
+    def decode_from(self, offset: BinlogOffset) -> None:
+        """Hand out only the rows events that start at or after ``offset`` (any byte position;
+        the events before it are still walked, for their table maps and context)."""
+        self._first = (_file_index(offset.file), offset.pos)
 
     def resume_offset(self) -> BinlogOffset:
         """Where mysql-replication stopped reading (it also counts events it filtered out)."""
@@ -221,7 +227,7 @@ class BinlogStream:
                 self.usable = False  # read past end: this connection cannot continue from end
                 return
             if isinstance(ev, RowsEvent):
-                at = self._rows_at(ev, start, wanted)
+                at = self._rows_at(ev, start, wanted) if (self._index, start) >= self._first else None
                 if at is not None:
                     yield ev, at
             elif isinstance(ev, RotateEvent):

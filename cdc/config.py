@@ -83,6 +83,9 @@ class MySqlSourceConfig(_Model):
     distribution_factor_upper: float = Field(default=1000.0, gt=0, description="... and at most this")
     chunks_per_batch: int | None = Field(default=None, gt=0, description="chunks staged per micro-batch "
                                          "(default 16 x parallelism)")
+    stream_split_bytes: int = Field(default=16 * 1024 * 1024, gt=0, description="a catch-up batch's binlog "
+                                    "slice is read by several tasks (up to `parallelism`, one server id each) "
+                                    "when it holds at least twice this many bytes; each decodes its own piece")
     backfill_skip: bool = Field(default=False, description="skip the exactly-once backfill "
                                 "(at-least-once); not implemented yet: `true` is refused")
     connect_timeout_s: float = Field(default=10.0, gt=0, description="seconds to wait for a connection")

@@ -31,6 +31,7 @@ import pyarrow as pa
 from cdc import faults
 from cdc.exceptions import ConfigError
 from cdc.handoff import MANIFEST_COLUMN
+from cdc.offsets import ChangePosition
 from cdc.schema import TableId, TableSchema
 from cdc.state import StateStore
 from sinks.base import WriteResult
@@ -127,17 +128,20 @@ class BatchWriter:
 
     def _manifests(self, manifests: pa.Table) -> tuple[dict[str, list[StagedFile]], dict[TableId, list[StagedFile]]]:
         """The batch's handed-off files: snapshot files per table name, change files per table
-        (in stream order)."""
+        in binlog order (by their first change: the stream tasks of a split slice read disjoint
+        pieces, and a task writes its files in order)."""
         snapshot: dict[str, list[StagedFile]] = {}
-        changes: dict[TableId, list[StagedFile]] = {}
-        for text in manifests[MANIFEST_COLUMN].to_pylist():
+        changes: dict[TableId, list[tuple[tuple[int, int, int], StagedFile]]] = {}
+        for text, source in zip(manifests[MANIFEST_COLUMN].to_pylist(), manifests["source"].to_pylist(), strict=True):
             for f in json.loads(text):
                 staged = StagedFile.from_dict(f)
                 if staged.stream == "changes":
-                    changes.setdefault(TableId.parse(staged.table), []).append(staged)
+                    first = ChangePosition(source["file"], source["pos"], source["row"]).sort_key()
+                    changes.setdefault(TableId.parse(staged.table), []).append((first, staged))
                 else:
                     snapshot.setdefault(staged.table, []).append(staged)
-        return snapshot, changes
+        ordered = {t: [f for _, f in sorted(files, key=lambda pair: pair[0])] for t, files in changes.items()}
+        return snapshot, ordered
 
     def _commit_snapshot(self, by_table: dict[str, list[StagedFile]], record: BatchRecord) -> None:
         """Commit the files the emit tasks wrote, one transaction per table and kind."""

@@ -111,3 +111,58 @@ class ChangePosition(NamedTuple):
 
     def sort_key(self) -> tuple[int, int, int]:
         return (_file_key(self.file)[1], self.pos, self.row)
+
+
+def byte_cuts(start: BinlogOffset, end: BinlogOffset, sizes: dict[str, int], parts: int, min_bytes: int,
+              skip_cost: float) -> list[BinlogOffset]:
+    """Where to cut the slice ``(start, end]`` so that ``parts`` readers finish it together.
+
+    Every reader starts at ``start`` (only there does it know the table maps) and walks over
+    the events before its piece without decoding them, which costs ``skip_cost`` of decoding
+    them. So piece ``k`` gets ``(1 - skip_cost) ** k`` times the bytes of the first piece. The
+    cuts are byte positions, usually inside an event (see ``MySqlBinlogReader.read_blocks``).
+
+    Args:
+        start: the slice start.
+        end: the slice end.
+        sizes: the server's binlog files and their sizes (``SHOW BINARY LOGS``).
+        parts: the most pieces wanted.
+        min_bytes: the least bytes a piece must hold to be worth its own reader.
+        skip_cost: the cost of walking over a byte relative to decoding it (0 to 1).
+
+    Returns:
+        The ``n - 1`` inner cuts of ``n`` pieces, in order; empty when the slice stays whole
+        (too small, or a file of it is not in ``sizes``).
+    """
+    files = _files_between(start, end, sizes)
+    if files is None:
+        return []
+    spans = [(f, start.pos if f == start.file else 0, end.pos if f == end.file else sizes[f]) for f in files]
+    total = sum(max(0, hi - lo) for _, lo, hi in spans)
+    n = min(parts, total // max(1, min_bytes))
+    if n < 2:
+        return []
+    weights = [(1.0 - skip_cost) ** k for k in range(n)]
+    cuts, done = [], 0.0
+    for w in weights[:-1]:
+        done += w
+        cuts.append(_at_byte(spans, int(total * done / sum(weights))))
+    return cuts
+
+
+def _files_between(start: BinlogOffset, end: BinlogOffset, sizes: dict[str, int]) -> list[str] | None:
+    base, first = _file_key(start.file)
+    last = _file_key(end.file)[1]
+    files = {idx: name for name in sizes for b, idx in [_file_key(name)] if b == base and first <= idx <= last}
+    if set(files) != set(range(first, last + 1)):
+        return None  # a file is missing: the reader will say why
+    return [files[i] for i in range(first, last + 1)]
+
+
+def _at_byte(spans: list[tuple[str, int, int]], offset: int) -> BinlogOffset:
+    for file, lo, hi in spans:
+        if offset < hi - lo:
+            return BinlogOffset(file, lo + offset)
+        offset -= max(0, hi - lo)
+    file, _, hi = spans[-1]
+    return BinlogOffset(file, hi)

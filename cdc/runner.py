@@ -84,6 +84,7 @@ def source_options(config: JobConfig, paths: JobPaths) -> dict[str, str]:
         "chunk_size": str(s.chunk_size), "distribution_factor_lower": str(s.distribution_factor_lower),
         "distribution_factor_upper": str(s.distribution_factor_upper),
         "connect_timeout_s": str(s.connect_timeout_s), "name": s.name,
+        "stream_split_bytes": str(s.stream_split_bytes),
         "state_dir": paths.state_dir, "parallelism": str(config.parallelism),
     }
     if s.password_file is not None:

@@ -25,8 +25,8 @@ import contextlib
 import json
 import logging
 import re
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
@@ -34,13 +34,14 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
 from binlog.mysql import ServerIdRange, binary_logs, check_server, current_offset
+from binlog.mysql_server import binary_log_sizes
 from binlog.mysql_time import offset_at
 from cdc import faults
 from cdc.config import MySqlSourceConfig, parse_config
 from cdc.connection import ConnectionSettings
 from cdc.exceptions import ConfigError
 from cdc.handoff import SECRET_OPTION, WRITER_OPTION, SnapshotHandoff
-from cdc.offsets import BinlogOffset
+from cdc.offsets import BinlogOffset, byte_cuts
 from cdc.planner import Planner, PlannerOptions, SourceOffset
 from cdc.schema import TableId, TableSchema, load_table_schema
 from cdc.state import StateStore
@@ -63,6 +64,10 @@ SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
 _JSON_OPTIONS = ("chunk_key_columns", "startup_offset")
 DEFAULT_CHUNKS_PER_TASK = 16  # chunks_per_batch defaults to this x parallelism
 _EXTRA_OPTIONS = ("state_dir", "parallelism", "fetch_backend", WRITER_OPTION, SECRET_OPTION)
+# Walking over a rows event without decoding it costs about this much of decoding it and turning
+# it into changelog rows (benchmarks/binlog_blocks.py --split measures it): later pieces of a split
+# slice are smaller by this factor each, so that its tasks finish together.
+SKIP_COST = 0.2
 
 
 @dataclass(frozen=True)
@@ -226,7 +231,8 @@ class MySqlCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         return plan_partitions(SourceOffset.from_dict(start), SourceOffset.from_dict(end), self.context,
-                               self.settings, list(self.server_ids))
+                               self.settings, list(self.server_ids),
+                               lambda: binary_log_sizes(self.planner.connection()))
 
     def commit(self, end: dict[str, Any]) -> None:
         self.planner.forget_emitted(SourceOffset.from_dict(end))
@@ -242,8 +248,12 @@ class MySqlCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 def plan_partitions(start: SourceOffset, end: SourceOffset, ctx: TaskContext, settings: SourceSettings,
-                    server_ids: list[int]) -> list[InputPartition]:
-    """Spread a batch's work over tasks: stage chunks, emit chunks, the stream slice."""
+                    server_ids: list[int], binlog_sizes: Callable[[], dict[str, int]]) -> list[InputPartition]:
+    """Spread a batch's work over tasks: stage chunks, emit chunks, the stream slice.
+
+    A long slice in a batch without emits (a catch-up) is split over up to ``parallelism`` tasks,
+    each with its own server id; ``binlog_sizes`` gives the server's binlog file sizes then.
+    """
     p = settings.parallelism
     hw, ts = end.binlog, end.ts_ms
     stages = [StageItem(t, i) for t, (lo, hi) in sorted(end.stage.items()) for i in range(lo, hi)]
@@ -263,6 +273,11 @@ def plan_partitions(start: SourceOffset, end: SourceOffset, ctx: TaskContext, se
     if emit_slots < 1:  # one server id: the stream task does the emits too, one after another
         stream_items: list[Any] = list(emits) + stream
         emits = []
+    elif stream and not emits:
+        stream_items = []
+        for i, piece in enumerate(_split_stream(stream[0], min(p, len(server_ids)),
+                                                settings.source.stream_split_bytes, binlog_sizes)):
+            parts.append(CdcPartition(i, server_ids[i], [piece], hw, ts))
     else:
         stream_items = list(stream)
     if stream_items:
@@ -276,6 +291,20 @@ def plan_partitions(start: SourceOffset, end: SourceOffset, ctx: TaskContext, se
         server_id = server_ids[1 + j] if j < len(emit_runs) else server_ids[0]
         parts.append(CdcPartition(len(parts), server_id, items, hw, ts))
     return list(parts)
+
+
+def _split_stream(item: StreamItem, tasks: int, min_bytes: int,
+                  binlog_sizes: Callable[[], dict[str, int]]) -> list[StreamItem]:
+    """The pieces of a stream slice for ``tasks`` tasks (one piece when it is short)."""
+    short = item.start.file == item.end.file and item.end.pos - item.start.pos < 2 * min_bytes
+    cuts = [] if tasks < 2 or short else byte_cuts(item.start, item.end, binlog_sizes(), tasks, min_bytes,
+                                                   SKIP_COST)
+    if cuts:
+        log.info("binlog slice %s..%s is read by %d tasks, cut at %s", item.start, item.end, len(cuts) + 1,
+                 ", ".join(map(str, cuts)))
+    bounds: list[BinlogOffset | None] = [None, *cuts]
+    ends = [*cuts, item.end]
+    return [replace(item, end=e, decode_from=b) for b, e in zip(bounds, ends, strict=True)]
 
 
 def _runs(items: list[Any], n: int) -> list[list[Any]]:

@@ -79,9 +79,13 @@ class Region:
 
 @dataclass(frozen=True)
 class StreamItem:
+    """The binlog slice ``(start, end]``, or the piece of it from ``decode_from`` on (the
+    tasks of a split slice all start reading at ``start``; see cdc.offsets.byte_cuts)."""
+
     start: BinlogOffset
     end: BinlogOffset
     regions: dict[str, Region]
+    decode_from: BinlogOffset | None = None
 
 
 @dataclass(frozen=True)
@@ -226,7 +230,7 @@ def _stream(item: StreamItem, part: CdcPartition, ctx: TaskContext, conn: Any,
     reader = _binlog(part, ctx, filters, resources)
     pending: list[ChangeBlock] = []
     rows = 0
-    for block in reader.read_blocks(item.start, item.end):
+    for block in reader.read_blocks(item.start, item.end, decode_from=item.decode_from):
         pending.append(block)
         rows += block.num_rows
         if rows >= STREAM_ROWS:

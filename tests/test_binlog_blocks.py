@@ -23,9 +23,10 @@ from test_binlog_mysql import TYPED_ROW, TYPED_UPDATE, TYPES_DDL, create_abc, ru
 
 from binlog.blocks import ChangeBlock
 from binlog.mysql import MySqlBinlogReader, current_offset
+from binlog.mysql_server import binary_log_sizes
 from cdc.change_blocks import block_envelope
 from cdc.envelope import change_envelope, split_key_changes
-from cdc.offsets import BinlogOffset
+from cdc.offsets import BinlogOffset, byte_cuts
 from cdc.sandbox import Sandbox
 from cdc.schema import TableId, load_table_schema
 from cdc.tpcds import customer_ddl
@@ -149,6 +150,39 @@ def test_adjacent_block_slices_add_up_and_stop_at_end(
     assert [(x.op, x.after.to_pylist()) for x in split.read_blocks(c, d) if x.after] == [
         ("c", [{"id": 4, "v": "after"}])]
     assert time.monotonic() - began < 5
+
+
+def test_a_slice_cut_anywhere_is_read_once_by_its_pieces(
+        admin: Conn, cdc_conn: Conn, reader: Any, database: str) -> None:
+    """Readers that all start at the slice start and each decode from their cut on: together
+    they give every change once, in order, wherever the cuts fall (inside events, at a rotation)."""
+    create_abc(admin)
+    a = current_offset(cdc_conn)
+    run(admin, "INSERT INTO a VALUES " + ",".join(f"({i}, '{'x' * 8}')" for i in range(2000)),
+        "UPDATE a SET v = 'y' WHERE id < 750", "INSERT INTO b VALUES (1, 'b')", "FLUSH BINARY LOGS",
+        "BEGIN", "DELETE FROM a WHERE id >= 1500", "INSERT INTO b VALUES (2, 'c')", "COMMIT",
+        "UPDATE a SET v = 'z'")
+    end = current_offset(cdc_conn)
+    whole = positions(list(reader("a", "b").read_blocks(a, end)))
+    events = sorted({(f, p) for f, p, _ in whole})
+    assert len(events) > 12 and events[-1][0] != a.file  # multi-row events on both sides of a rotation
+
+    cuts = [BinlogOffset(f, p + d) for f, p in events[1:] for d in (0, 1, -1)] + [BinlogOffset(end.file, 4)]
+    for cut in cuts:
+        r = reader("a", "b")
+        head, tail = list(r.read_blocks(a, cut)), list(reader("a", "b").read_blocks(a, end, decode_from=cut))
+        assert positions(head) + positions(tail) == whole, f"cut at {cut}"
+        assert all(not BinlogOffset(b.file, b.pos).is_before(cut) for b in tail)
+
+    sizes = binary_log_sizes(cdc_conn)
+    three = byte_cuts(a, end, sizes, parts=3, min_bytes=64, skip_cost=0.2)
+    assert len(three) == 2 and a.is_before(three[0]) and three[0].is_before(three[1]) and three[1].is_before(end)
+    bounds = [None, *three]
+    pieces = [positions(list(reader("a", "b").read_blocks(a, e, decode_from=b)))
+              for b, e in zip(bounds, [*three, end], strict=True)]
+    assert [p for piece in pieces for p in piece] == whole
+    with pytest.raises(ValueError, match="outside the slice"):
+        reader("a").read_blocks(three[0], end, decode_from=a)
 
 
 def test_lost_connection_while_rows_are_held_resumes_without_loss_or_duplicates(

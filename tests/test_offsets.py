@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cdc.offsets import BinlogOffset, ChangePosition, max_offset
+from cdc.offsets import BinlogOffset, ChangePosition, byte_cuts, max_offset
 
 offsets = st.builds(
     BinlogOffset,
@@ -46,3 +48,33 @@ def test_comparison_is_antisymmetric_and_round_trips(a: BinlogOffset, b: BinlogO
     assert a.compare(b) == -b.compare(a)
     assert BinlogOffset.from_dict(a.to_dict()) == a
     assert a.is_before(b) != a.is_at_or_after(b)
+
+
+def _bytes_between(a: BinlogOffset, b: BinlogOffset, sizes: dict[str, int]) -> int:
+    files = sorted(sizes, key=lambda f: int(f.rsplit(".", 1)[1]))
+    files = files[files.index(a.file):files.index(b.file) + 1]
+    return sum((b.pos if f == b.file else sizes[f]) - (a.pos if f == a.file else 0) for f in files)
+
+
+def test_byte_cuts_shrink_each_piece_by_the_skip_cost_across_files() -> None:
+    sizes = {"mysql-bin.000007": 1000, "mysql-bin.000008": 5000, "mysql-bin.000009": 3000, "mysql-bin.000010": 50}
+    start, end = BinlogOffset("mysql-bin.000007", 400), BinlogOffset("mysql-bin.000009", 2000)
+    cuts = byte_cuts(start, end, sizes, parts=3, min_bytes=100, skip_cost=0.5)
+    total = 600 + 5000 + 2000
+    points = [start, *cuts, end]
+    pieces = [_bytes_between(a, b, sizes) for a, b in itertools.pairwise(points)]
+    assert sum(pieces) == total and all(a.is_before(b) for a, b in itertools.pairwise(points))
+    assert [round(p / pieces[0], 2) for p in pieces] == [1.0, 0.5, 0.25]  # each reader skips the pieces before
+    assert cuts[0].file == "mysql-bin.000008"
+
+
+@pytest.mark.parametrize(("parts", "min_bytes", "wanted"), [(4, 1000, 4), (4, 3000, 3), (4, 5001, 1), (1, 1, 1)])
+def test_byte_cuts_give_each_piece_at_least_min_bytes(parts: int, min_bytes: int, wanted: int) -> None:
+    sizes = {"b.000001": 12000}
+    cuts = byte_cuts(BinlogOffset("b.000001", 4), BinlogOffset("b.000001", 10004), sizes, parts, min_bytes, 0.2)
+    assert len(cuts) == wanted - 1
+
+
+def test_byte_cuts_leave_the_slice_whole_when_a_file_is_unknown() -> None:
+    sizes = {"b.000001": 12000, "b.000003": 12000}  # b.000002 purged or never listed
+    assert byte_cuts(BinlogOffset("b.000001", 4), BinlogOffset("b.000003", 9000), sizes, 2, 10, 0.2) == []
