@@ -9,6 +9,9 @@ reads that one binlog slice both ways, on the same reader:
   + ``change_envelope(split_key_changes(...))``;
 * **new**: ``MySqlBinlogReader.read_blocks`` (numba kernels, Arrow) + ``block_envelope``.
 
+It also times walking the slice without decoding it (``decode_from`` at the end), what a stream
+task of a split catch-up pays for the pieces before its own, relative to the new path.
+
 It asserts both give the same change rows (on the first ``--check`` rows) and prints changes/s
 (best of ``--repeats``), the ratio, the time split of the new path, and the numba compile cost:
 the first decode in a fresh process without the kernel cache (cold) and with it (cached).
@@ -62,6 +65,13 @@ def old_path(reader: MySqlBinlogReader, schema: TableSchema, start: BinlogOffset
 def new_path(reader: MySqlBinlogReader, schema: TableSchema, start: BinlogOffset,
              end: BinlogOffset) -> pa.Table:
     return block_envelope(schema, list(reader.read_blocks(start, end)), name="bench")
+
+
+def walk_only(reader: MySqlBinlogReader, start: BinlogOffset, end: BinlogOffset) -> pa.Table:
+    """Read the slice without decoding a row: what a stream task pays for the pieces of a split
+    slice before its own (cdc.source.SKIP_COST)."""
+    list(reader.read_blocks(start, end, decode_from=end))
+    return pa.table({})
 
 
 def best(fn: Callable[[], pa.Table], repeats: int) -> tuple[float, pa.Table]:
@@ -134,6 +144,7 @@ def main(argv: list[str] | None = None) -> None:
             new_s, new = best(lambda: new_path(reader, schema, start, end), args.repeats)
             old_s, old = best(lambda: old_path(reader, schema, start, end), args.repeats)
             read_s, envelope_s = split_new(reader, schema, start, end)
+            walk_s, _ = best(lambda: walk_only(reader, start, end), args.repeats)
         n = old.num_rows
         assert new.num_rows == n, (new.num_rows, n)
         assert new.slice(0, args.check).to_pylist() == old.slice(0, args.check).to_pylist()
@@ -144,6 +155,8 @@ def main(argv: list[str] | None = None) -> None:
               f"  -> {old_s / new_s:.1f}x")
         print(f"  new path split: read_blocks {read_s:.2f} s ({n / read_s:,.0f}/s), "
               f"block_envelope {envelope_s:.2f} s ({n / envelope_s:,.0f}/s)")
+        print(f"  walking the slice without decoding (a split slice's earlier pieces): {walk_s:.2f} s "
+              f"= {walk_s / new_s:.2f}x of read_blocks + block_envelope")
 
 
 if __name__ == "__main__":
