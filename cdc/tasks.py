@@ -21,6 +21,7 @@ import concurrent.futures
 import contextlib
 import functools
 import logging
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -229,15 +230,18 @@ def _stream(item: StreamItem, part: CdcPartition, ctx: TaskContext, conn: Any,
         return
     reader = _binlog(part, ctx, filters, resources)
     pending: list[ChangeBlock] = []
-    rows = 0
+    rows = total = 0
+    began = time.perf_counter()
     for block in reader.read_blocks(item.start, item.end, decode_from=item.decode_from):
         pending.append(block)
         rows += block.num_rows
         if rows >= STREAM_ROWS:
             yield from _stream_rows(pending, filters, ctx)
-            pending, rows = [], 0
+            pending, total, rows = [], total + rows, 0
     if pending:
         yield from _stream_rows(pending, filters, ctx)
+    log.info("streamed binlog %s..%s%s: %d changes in %.2f s", item.start, item.end,
+             f" from {item.decode_from}" if item.decode_from else "", total + rows, time.perf_counter() - began)
 
 
 def _stream_rows(blocks: list[ChangeBlock], filters: dict[TableId, _RegionFilter],

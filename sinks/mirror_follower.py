@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote
@@ -150,9 +151,14 @@ class MirrorFollower:
             self.before_merge()
         last = work[-1][0]
         for table_id, schema in self.schemas.items():
+            began = time.perf_counter()
             parts = [self._rows(schema, changes[table_id]) for _, changes in work if table_id in changes]
             if parts:
-                self.sink.write_mirror(schema, pa.concat_tables(parts), last)
+                rows = pa.concat_tables(parts)
+                read = time.perf_counter() - began
+                self.sink.write_mirror(schema, rows, last)
+                log.info("mirror of %s follows batches %d..%d: %d change rows, read in %.2f s, merged in %.2f s",
+                         table_id, work[0][0], last, rows.num_rows, read, time.perf_counter() - began - read)
         self.merges += 1
 
     def _rows(self, schema: TableSchema, changes: pa.Table | list[StagedFile]) -> pa.Table:
