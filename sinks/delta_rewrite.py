@@ -5,7 +5,8 @@ spread over the key space (random updates, a large catch-up), that is every file
 is a full rewrite done through delta-rs's join. This module does the same rewrite directly:
 each file is read, stripped of the changed keys (a hash lookup of the key column, or an anti
 join for a composite key) and written again, in parallel threads, one file per thread at a time
-(memory is bounded by the file size, not the table); the keys' new rows go to one more file; one
+(memory is bounded by the file size, not the table); the keys' new rows go to more files, in
+key order, of at most ``UPSERT_FILE_ROWS`` rows each; one
 ``overwrite`` commit replaces every old file with the new ones, carrying the batch's app
 transaction. Readers see the same table a MERGE would have produced.
 
@@ -36,6 +37,8 @@ from sinks.delta_files import StagedFile, local_dir, write_table_file
 
 if TYPE_CHECKING:
     from sinks.delta import DeltaSinkConfig
+
+UPSERT_FILE_ROWS = 131_072  # the most rows of one file of new rows (the snapshot's file size)
 
 
 def rewrite_all(config: DeltaSinkConfig, schema: TableSchema, table: DeltaTable, source: pa.Table,
@@ -68,10 +71,14 @@ def rewrite_all(config: DeltaSinkConfig, schema: TableSchema, table: DeltaTable,
         return write_table_file(config, schema, "mirror", rows) if rows.num_rows else None
 
     upserts = source.filter(pc.invert(source[DELETE_FLAG])).drop_columns([DELETE_FLAG]).cast(storage)
+    # In key order and cut in pieces: written in parallel, and each file covers a narrow key
+    # range, so a later MERGE of a few keys touches few files.
+    upserts = upserts.take(pc.sort_indices(upserts, sort_keys=[(k, "ascending") for k in key]))
     with concurrent.futures.ThreadPoolExecutor(max(1, min(len(paths), os.cpu_count() or 1))) as pool:
         # reading, filtering and writing Parquet release the GIL: files are rewritten in parallel
         futures = [pool.submit(lambda p: write(_strip(fs, root, p, storage, keys, key)), p) for p in paths]
-        futures.append(pool.submit(write, upserts))
+        futures += [pool.submit(write, upserts.slice(at, UPSERT_FILE_ROWS))
+                    for at in range(0, upserts.num_rows, UPSERT_FILE_ROWS)]
         staged = [f for f in (fut.result() for fut in futures) if f is not None]
     table.create_write_transaction([f.add_action() for f in staged], mode="overwrite", schema=table.schema(),
                                    commit_properties=props)

@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
 import deltalake
+import pyarrow as pa
 import pytest
 from change_batches import (
     COMPOSITE_KEY,
@@ -20,6 +22,7 @@ from change_batches import (
 )
 
 import sinks.delta
+import sinks.delta_rewrite
 from cdc.schema import TableSchema
 from sinks.delta import DeltaSink, DeltaSinkConfig
 from sinks.delta_files import commit_snapshot_files, write_snapshot_files
@@ -76,3 +79,26 @@ def test_rewrite_when_every_file_is_touched_else_merge(schema: TableSchema, tmp_
     history = deltalake.DeltaTable(sink.config.uri(schema.table_id, "mirror")).history()
     assert [h["operation"] for h in history[:2]] == ["MERGE", "WRITE"]
     assert deltalake.DeltaTable(sink.config.uri(schema.table_id, "mirror")).transaction_version(sink.app_id) == 2
+
+
+def test_new_rows_are_written_in_key_order_in_bounded_files(tmp_path: Path, rewrites: list[bool],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sinks.delta_rewrite, "UPSERT_FILE_ROWS", 2)
+    schema = SINGLE_KEY
+    sink = DeltaSink(DeltaSinkConfig(path=str(tmp_path), engine="delta-rs"), query_id="q")
+    keys = [(i,) for i in range(0, 300, 3)]
+    model: dict[Any, Any] = {}
+    snapshot(sink, schema, keys, files=2, model=model)
+    changed = [keys[i] for i in (90, 3, 60, 1, 98)] + [(1,), (151,)]  # out of key order, two new keys
+    changes = [event("u", row(schema, k, c_int=keys.index(k)), row(schema, k, c_str="new"), 100 + n)
+               if k in keys else event("c", None, row(schema, k, c_str="new"), 100 + n) for n, k in enumerate(changed)]
+    sink.write_batch(schema, batch(schema, changes), 1)
+    apply(model, schema, changes)
+    assert rewrites == [True] and mirror(sink, schema) == model_rows(model)
+    files = pa.table(deltalake.DeltaTable(sink.config.uri(schema.table_id, "mirror")).get_add_actions(flatten=True))
+    files = files.to_pydict()
+    key = schema.primary_key[0]
+    new = sorted((lo, hi, n) for lo, hi, n in zip(files[f"min.{key}"], files[f"max.{key}"], files["num_records"],
+                                                  strict=True) if n <= 2)
+    assert sum(n for _, _, n in new) == len(changed) and len(new) == 4, new
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(new)), f"new files overlap in keys: {new}"
