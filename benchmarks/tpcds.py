@@ -6,6 +6,7 @@ Scale factor 1 is 100,000 customers; scale factor 100 is 2,000,000.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import tempfile
 import time
@@ -16,8 +17,8 @@ from pathlib import Path
 from cdc.sandbox import MariaDbSandbox, Sandbox
 from cdc.tpcds import (  # noqa: F401  (re-exported for the benchmark scripts)
     CUSTOMER_COLUMNS,
-    CUSTOMER_ROWS_PER_SCALE,
     customer_ddl,
+    customer_rows,
     generate_customer,
     load_customer,
     tpcgen_cli,
@@ -34,9 +35,17 @@ class CustomerTable:
     rows: int
 
 
-def start_benchmark_sandbox() -> Sandbox:
-    """A local mariadbd whose buffer pool holds SF100 customer, so reads measure the CPU path."""
-    return MariaDbSandbox(["--innodb-buffer-pool-size=1G"]).start()
+def buffer_pool_mib(scale: int) -> int:
+    """A buffer pool that holds customer at ``scale`` (0.4 GiB per million rows, at least 1 GiB,
+    at most half the machine's memory), so reads measure the CPU path, not the disk."""
+    wanted = max(1024, int(customer_rows(scale) / 1e6 * 0.4 * 1024))
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
+    return min(wanted, memory // 2)
+
+
+def start_benchmark_sandbox(scale: int = 100) -> Sandbox:
+    """A local mariadbd whose buffer pool holds customer at ``scale``."""
+    return MariaDbSandbox([f"--innodb-buffer-pool-size={buffer_pool_mib(scale)}M"]).start()
 
 
 def settle(box: Sandbox, timeout_s: float = 120.0) -> float:
@@ -66,7 +75,7 @@ def settle(box: Sandbox, timeout_s: float = 120.0) -> float:
 @contextlib.contextmanager
 def customer_sandbox(scale: int) -> Iterator[CustomerTable]:
     """Start a sandbox, generate and load customer at ``scale``; stop and clean up on exit."""
-    box = start_benchmark_sandbox()
+    box = start_benchmark_sandbox(scale)
     work = Path(tempfile.mkdtemp(prefix="spark-cdc-tpcds-"))
     try:
         csv_file = generate_customer(scale, work)

@@ -1,10 +1,12 @@
 """The headline benchmark: TPC-DS ``customer`` from MariaDB into Delta, against the limit and peers.
 
 Run: ``.venv/bin/python benchmarks/tpcds_customer.py [--scale 100] [--quick | --full] [--keep]``
-(``make bench`` runs the default at scale 100). Scale 100 is 2,000,000 rows: about 6 minutes on
-2 cores (``--quick`` about 4, ``--full`` about 10). Scale 1000 is 12,000,000 rows and scale
-10000 is 65,000,000 (``tpcgen-cli``'s customer counts): far longer, and the sandbox's 1 GiB
-buffer pool no longer holds the table above scale 100, so reads then hit the disk.
+(``make bench`` runs the default at scale 100). Scale 100 is 2,000,000 rows: about 5 minutes on
+2 cores (``--quick`` about 4, ``--full`` about 10). Scale 1000 is 12,000,000 rows (the README
+gives its times) and scale 10000 is 65,000,000, the Flink CDC 2.0 announcement's table
+(``tpcgen-cli``'s customer counts). The sandbox's buffer pool is sized to hold the table (0.4 GiB
+per million rows, at least 1 GiB, at most half the machine's memory): above that, reads hit the
+disk and measure it.
 
 Starts a throwaway mariadbd, generates and loads ``customer`` (primary key c_customer_sk; see
 benchmarks/tpcds.py) and measures, in one run on the same data:
@@ -19,20 +21,24 @@ benchmarks/tpcds.py) and measures, in one run on the same data:
   with ``df.write.parquet``: the files delta-spark would write, without its JSON commit (no
   delta-spark jars here). Its best case: no Python, no changelog;
 * **ours**: the snapshot phase of the real job (available-now run, startup mode ``initial``) into
-  the Delta mirror and changelog, per parallelism, with ``chunks_per_batch`` at its default
-  (4 x parallelism) and at ``--chunks-per-batch`` (32), and (``--full``) under ``--write-rate``
-  (100) random single-row updates/s;
+  the Delta mirror and changelog, per parallelism, with ``chunks_per_batch`` at 4 x parallelism
+  and at ``--chunks-per-batch`` (32; the job's default is 16 x parallelism), and (``--full``)
+  under ``--write-rate`` (100) random single-row updates/s;
 * **binlog catch-up**: after the snapshot, a burst of ``--burst`` updates (UPDATE ... WHERE key
-  BETWEEN a AND b, 1,000 rows each), then one available-now run: row changes/s into both tables;
+  BETWEEN a AND b, 1,000 rows each), then one available-now run, from the query's start until
+  the mirror holds the last change: row changes/s into both tables. The backlog is one batch,
+  decoded by ``parallelism`` stream tasks (``source.stream_split_bytes``);
 * **visibility latency**: a continuous run (``--trigger``) while single-row updates commit at
   ``--latency-rate``/s, each writing a unique marker into c_last_review_date_sk; a change is
-  visible when the mirror commit of the batch that carries it lands (the changelog says which
-  batch, the mirror's ``_delta_log`` file time says when) -> p50/p99;
+  visible in the changelog when the commit of the batch that carries it lands, and in the mirror
+  when the follower's MERGE that covers that batch lands (``_delta_log`` file times) -> p50/p99
+  of each;
 * peak RSS (VmHWM) of every process of each phase: driver, JVM, Python workers, mariadbd;
 * where the time goes: Spark's per-step batch durations, the driver's foreachBatch profile
   (cProfile: Spark jobs, Delta commits), a fit of batch time = fixed + rows/rate over the two
   batch sizes, the executor-side work (stage, emit, Parquet) of 16 chunks and the stream task's
-  work (binlog decoding, rows) on 20k changes run without Spark and cProfiled; with ``--full``
+  work (binlog decoding, rows, files) on the whole burst, run without Spark on one core and
+  cProfiled; with ``--full``
   also the source alone into Spark's ``noop`` sink.
 
 Phases: the default runs parallelism 2 with chunks_per_batch 8 (the default) and 32; ``--full``
@@ -66,7 +72,7 @@ import deltalake
 from chunk_reader import Writer
 from pipeline_bench import ChildPhase, MarkerWriter, apply_burst, stop_when_caught_up, visibility
 from select_readers import raw_scan, timed
-from tpcds import CUSTOMER_ROWS_PER_SCALE, CustomerTable, customer_sandbox
+from tpcds import CustomerTable, customer_rows, customer_sandbox
 
 from binlog.mysql import current_offset
 
@@ -533,7 +539,7 @@ def check_tools() -> None:
 def main() -> None:
     args = parse_args()
     check_tools()
-    rows = 100_000 if args.scale == 1 else CUSTOMER_ROWS_PER_SCALE * args.scale
+    rows = customer_rows(args.scale)
     print(f"TPC-DS customer, scale {args.scale} (~{rows:,} rows); load average {os.getloadavg()}", flush=True)
     work = Path(tempfile.mkdtemp(prefix="spark-cdc-bench-"))
     started, load_start = time.perf_counter(), load()

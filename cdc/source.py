@@ -65,9 +65,10 @@ _JSON_OPTIONS = ("chunk_key_columns", "startup_offset")
 DEFAULT_CHUNKS_PER_TASK = 16  # chunks_per_batch defaults to this x parallelism
 _EXTRA_OPTIONS = ("state_dir", "parallelism", "fetch_backend", WRITER_OPTION, SECRET_OPTION)
 # Walking over a rows event without decoding it costs about this much of decoding it and turning
-# it into change rows (benchmarks/binlog_blocks.py measures it; 0.2-0.3): later pieces of a split
+# it into change rows (benchmarks/binlog_blocks.py: 0.2 of decoding alone; 0.05-0.15 of a task in a
+# 2M-update catch-up, which also writes files): later pieces of a split
 # slice are smaller by this factor each, so that its tasks finish together.
-SKIP_COST = 0.2
+SKIP_COST = 0.15
 
 
 @dataclass(frozen=True)

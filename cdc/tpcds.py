@@ -43,7 +43,21 @@ CUSTOMER_COLUMNS: tuple[tuple[str, str], ...] = (
     ("c_last_review_date_sk", "INTEGER"),
 )
 
-CUSTOMER_ROWS_PER_SCALE = 20_000  # above scale 1; scale 1 itself has 100,000 rows
+# The spec's row counts of customer at its official scale factors (not linear above 100).
+CUSTOMER_ROWS = {1: 100_000, 10: 500_000, 100: 2_000_000, 300: 5_000_000, 1000: 12_000_000,
+                 3000: 30_000_000, 10000: 65_000_000, 30000: 80_000_000, 100000: 100_000_000}
+
+
+def customer_rows(scale: int) -> int:
+    """About how many rows customer has at ``scale`` (exact at the official scale factors)."""
+    if scale in CUSTOMER_ROWS:
+        return CUSTOMER_ROWS[scale]
+    below = max((s for s in CUSTOMER_ROWS if s < scale), default=1)
+    above = min((s for s in CUSTOMER_ROWS if s > scale), default=None)
+    if above is None:
+        return CUSTOMER_ROWS[below]
+    lo, hi = CUSTOMER_ROWS[below], CUSTOMER_ROWS[above]
+    return lo + (hi - lo) * (scale - below) // (above - below)
 
 
 def customer_ddl(table: str = "customer") -> str:

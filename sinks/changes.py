@@ -135,10 +135,13 @@ def ops_are(batch: pa.Table, ops: set[str]) -> bool:
     return bool(pc.all(pc.is_in(batch["op"], value_set=pa.array(sorted(ops)))).as_py())
 
 
-def image_rows(batch: pa.Table, image: str, row_schema: pa.Schema) -> pa.Table:
-    """The ``before`` or ``after`` struct of each row as a flat table cast to ``row_schema``."""
+def image_rows(batch: pa.Table, image: str, row_schema: pa.Schema, rows: pa.Array | None = None) -> pa.Table:
+    """The ``before`` or ``after`` struct of each row (or of ``rows``, indices) as a flat table
+    cast to ``row_schema``."""
     column = batch[image]
     flat = pa.Table.from_arrays(column.flatten(), names=[f.name for f in column.type])
+    if rows is not None:
+        flat = flat.take(rows)  # on flat columns: 3x faster than a take of the struct column
     return flat.cast(row_schema)
 
 
@@ -191,7 +194,7 @@ def mirror_changes(batch: pa.Table, key: tuple[str, ...], row_schema: pa.Schema)
     parts = []
     for image, mask, flag in (("before", pc.invert(is_upsert), True), ("after", is_upsert, False)):
         picked = winners.filter(mask)
-        rows = image_rows(pa.table({image: batch[image].take(pc.shift_right(picked, 1))}), image, row_schema)
+        rows = image_rows(batch, image, row_schema, pc.shift_right(picked, 1))
         parts.append(rows.append_column(DELETE_FLAG, pa.repeat(pa.scalar(flag), rows.num_rows)))
     return pa.concat_tables(parts)
 

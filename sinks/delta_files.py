@@ -26,6 +26,7 @@ point as max, so every bound is a true bound.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import time
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
     from sinks.delta import DeltaSinkConfig
 
 _STRING_STATS_PREFIX = 32
+READ_THREADS = 4  # change files read at once by the driver
 _EPOCH = datetime(1970, 1, 1)
 
 
@@ -134,15 +136,22 @@ def write_change_files(config: DeltaSinkConfig, schema: TableSchema, changes: pa
 
 
 def read_change_files(config: DeltaSinkConfig, schema: TableSchema, files: Iterable[StagedFile]) -> pa.Table:
-    """Driver side: the change rows of ``files`` (changelog layout), in the given order."""
+    """Driver side: the change rows of ``files`` (changelog layout), in the given order.
+
+    Files are read in parallel threads (Parquet decoding releases the GIL); a catch-up batch
+    has dozens of them.
+    """
     uri = config.uri(schema.table_id, "changelog")
     local = local_dir(uri)
     fs: pafs.FileSystem = pafs.LocalFileSystem() if local is not None else \
         pafs.PyFileSystem(DeltaStorageHandler(uri, config.storage_options or None))
     root = local if local is not None else ""
     storage = changelog_schema(schema)
-    return pa.concat_tables([pq.read_table(os.path.join(root, f.path), filesystem=fs).cast(storage)
-                             for f in files])
+    paths = [os.path.join(root, f.path) for f in files]
+    if not paths:
+        return storage.empty_table()
+    with concurrent.futures.ThreadPoolExecutor(min(len(paths), READ_THREADS)) as pool:
+        return pa.concat_tables(pool.map(lambda p: pq.read_table(p, filesystem=fs).cast(storage), paths))
 
 
 def commit_change_files(config: DeltaSinkConfig, schema: TableSchema, files: list[StagedFile],
