@@ -140,6 +140,8 @@ def byte_cuts(start: BinlogOffset, end: BinlogOffset, sizes: dict[str, int], par
     spans = [(f, start.pos if f == start.file else 0, end.pos if f == end.file else sizes[f]) for f in files]
     total = sum(max(0, hi - lo) for _, lo, hi in spans)
     n = min(parts, total // max(1, min_bytes))
+    while n >= 2 and total * (1.0 - skip_cost) ** (n - 1) / _weight(n, skip_cost) < min_bytes:
+        n -= 1  # the last piece, the smallest, would be too small
     if n < 2:
         return []
     weights = [(1.0 - skip_cost) ** k for k in range(n)]
@@ -148,6 +150,10 @@ def byte_cuts(start: BinlogOffset, end: BinlogOffset, sizes: dict[str, int], par
         done += w
         cuts.append(_at_byte(spans, int(total * done / sum(weights))))
     return cuts
+
+
+def _weight(n: int, skip_cost: float) -> float:
+    return sum((1.0 - skip_cost) ** k for k in range(n))
 
 
 def _files_between(start: BinlogOffset, end: BinlogOffset, sizes: dict[str, int]) -> list[str] | None:

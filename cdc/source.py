@@ -65,9 +65,9 @@ _JSON_OPTIONS = ("chunk_key_columns", "startup_offset")
 DEFAULT_CHUNKS_PER_TASK = 16  # chunks_per_batch defaults to this x parallelism
 _EXTRA_OPTIONS = ("state_dir", "parallelism", "fetch_backend", WRITER_OPTION, SECRET_OPTION)
 # Walking over a rows event without decoding it costs about this much of decoding it and turning
-# it into change rows (benchmarks/binlog_blocks.py: 0.2 of decoding alone; 0.05-0.15 of a task in a
-# 2M-update catch-up, which also writes files): later pieces of a split
-# slice are smaller by this factor each, so that its tasks finish together.
+# it into change rows (benchmarks/binlog_blocks.py: 0.2 of decoding alone; 0.05-0.15 of a task in
+# a 2M-update catch-up, which also writes files): later pieces of a split slice are smaller by
+# this factor each, so that its tasks finish together.
 SKIP_COST = 0.15
 
 
@@ -297,6 +297,7 @@ def plan_partitions(start: SourceOffset, end: SourceOffset, ctx: TaskContext, se
 def _split_stream(item: StreamItem, tasks: int, min_bytes: int,
                   binlog_sizes: Callable[[], dict[str, int]]) -> list[StreamItem]:
     """The pieces of a stream slice for ``tasks`` tasks (one piece when it is short)."""
+    # A short slice in one file stays whole without asking the server for its file sizes.
     short = item.start.file == item.end.file and item.end.pos - item.start.pos < 2 * min_bytes
     cuts = [] if tasks < 2 or short else byte_cuts(item.start, item.end, binlog_sizes(), tasks, min_bytes,
                                                    SKIP_COST)

@@ -62,11 +62,10 @@ def rewrite_all(config: DeltaSinkConfig, schema: TableSchema, table: DeltaTable,
         return False
     files = pa.table(table.get_add_actions(flatten=True)).to_pydict()
     paths = files.get("path", [])
-    if not paths or not _every_file_touched(files, key[0], source[key[0]]):
+    ranges = _KeyRanges(source.select(list(key)), key[0], files)
+    if not paths or not _every_file_touched(files, key[0], ranges.sorted):
         return False
     fs, root = _filesystem(config, table)
-    keys = source.select(list(key))
-    ranges = _KeyRanges(keys, key[0], files)
 
     def write(rows: pa.Table) -> StagedFile | None:
         return write_table_file(config, schema, "mirror", rows) if rows.num_rows else None
@@ -87,14 +86,12 @@ def rewrite_all(config: DeltaSinkConfig, schema: TableSchema, table: DeltaTable,
     return True
 
 
-def _every_file_touched(files: dict[str, list[Any]], column: str, keys: pa.ChunkedArray) -> bool:
-    """True when each file's [min, max] of ``column`` holds at least one of ``keys``
-    (a file without statistics counts as touched)."""
+def _every_file_touched(files: dict[str, list[Any]], column: str, values: np.ndarray) -> bool:
+    """True when each file's [min, max] of ``column`` holds at least one of ``values`` (the
+    changed keys' first column, sorted; a file without statistics counts as touched)."""
     lows, highs = files.get(f"min.{column}"), files.get(f"max.{column}")
     if lows is None or highs is None:
         return True
-    values = keys.drop_null().to_numpy(zero_copy_only=False)
-    values = np.sort(values)
     for lo, hi in zip(lows, highs, strict=True):
         if lo is None or hi is None:
             continue
@@ -120,10 +117,9 @@ class _KeyRanges:
         self.keys = keys
         self.lows, self.highs = files.get(f"min.{column}"), files.get(f"max.{column}")
         self.narrow = self.lows is not None and self.highs is not None and pa.types.is_integer(keys[column].type)
-        if self.narrow:
-            values = keys[column].to_numpy()
-            self.order = np.argsort(values, kind="stable")
-            self.sorted = values[self.order]
+        values = keys[column].to_numpy(zero_copy_only=False)  # primary key values: never null
+        self.order = np.argsort(values, kind="stable")
+        self.sorted = values[self.order]
 
     def of_file(self, i: int) -> pa.Table:
         if not self.narrow:

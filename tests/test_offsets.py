@@ -68,7 +68,10 @@ def test_byte_cuts_shrink_each_piece_by_the_skip_cost_across_files() -> None:
     assert cuts[0].file == "mysql-bin.000008"
 
 
-@pytest.mark.parametrize(("parts", "min_bytes", "wanted"), [(4, 1000, 4), (4, 3000, 3), (4, 5001, 1), (1, 1, 1)])
+@pytest.mark.parametrize(("parts", "min_bytes", "wanted"), [
+    (4, 1000, 4),  # pieces 3388, 2710, 2168, 1734
+    (4, 3000, 2),  # three would leave a last piece of 2623
+    (4, 5001, 1), (1, 1, 1)])
 def test_byte_cuts_give_each_piece_at_least_min_bytes(parts: int, min_bytes: int, wanted: int) -> None:
     sizes = {"b.000001": 12000}
     cuts = byte_cuts(BinlogOffset("b.000001", 4), BinlogOffset("b.000001", 10004), sizes, parts, min_bytes, 0.2)
