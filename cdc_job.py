@@ -5,7 +5,7 @@ works too). The package (cdc, chunking, binlog, sinks) must be importable on the
 executors: install the wheel on every node, or ship it with ``--py-files``.
 """
 
-from cdc.cli import job_main
+from cdc.app.cli import job_main
 
 if __name__ == "__main__":
     raise SystemExit(job_main())

@@ -35,11 +35,11 @@ from pathlib import Path
 import pyarrow as pa
 from tpcds import CustomerTable, customer_sandbox
 
-from binlog.mysql import BinlogReaderConfig, MySqlBinlogReader, current_offset
-from cdc.change_blocks import block_envelope
-from cdc.envelope import change_envelope, split_key_changes
-from cdc.offsets import BinlogOffset
-from cdc.schema import TableId, TableSchema, load_table_schema
+from binlog.mysql.change_rows import block_envelope
+from binlog.mysql.reader import BinlogReaderConfig, MySqlBinlogReader, current_offset
+from cdc.model.envelope import change_envelope, split_key_changes
+from cdc.model.positions import BinlogOffset
+from cdc.model.schema import TableId, TableSchema, load_table_schema
 
 STATEMENT_ROWS = 1000
 
@@ -69,7 +69,7 @@ def new_path(reader: MySqlBinlogReader, schema: TableSchema, start: BinlogOffset
 
 def walk_only(reader: MySqlBinlogReader, start: BinlogOffset, end: BinlogOffset) -> pa.Table:
     """Read the slice without decoding a row: what a stream task pays for the pieces of a split
-    slice before its own (cdc.source.SKIP_COST)."""
+    slice before its own (cdc.spark.source.SKIP_COST)."""
     list(reader.read_blocks(start, end, decode_from=end))
     return pa.table({})
 
@@ -98,7 +98,7 @@ def split_new(reader: MySqlBinlogReader, schema: TableSchema, start: BinlogOffse
 _FIRST_DECODE = """
 import time, numpy as np
 began = time.perf_counter()
-from binlog import rows_kernels as k
+from binlog.mysql import rows_kernels as k
 buf = np.frombuffer(bytes(16), np.uint8)  # read-only, as rows from the wire are
 k.locate(buf, np.array([0], np.int64), np.zeros(1, np.int64), np.ones(1, np.int64), 2)
 starts, lens = np.array([0], np.int64), np.array([4], np.int64)

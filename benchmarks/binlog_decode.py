@@ -28,10 +28,10 @@ from typing import Any
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import UpdateRowsEvent
 
-from binlog.mysql import BinlogReaderConfig, MySqlBinlogReader, current_offset
-from cdc.offsets import BinlogOffset
-from cdc.sandbox import MariaDbSandbox, Sandbox
-from cdc.schema import TableId
+from binlog.mysql.reader import BinlogReaderConfig, MySqlBinlogReader, current_offset
+from cdc.app.sandbox.mysql import MariaDbSandbox, Sandbox
+from cdc.model.positions import BinlogOffset
+from cdc.model.schema import TableId
 
 DDL = """
 CREATE TABLE bench (

@@ -47,12 +47,12 @@ import pyarrow as pa
 from select_readers import raw_scan, timed
 from tpcds import CustomerTable, customer_sandbox
 
-from binlog.mysql import ServerIdRange
-from cdc.connection import ConnectionSettings
-from cdc.schema import TableId, TableSchema, load_table_schema, quote_ident
-from chunking.fetch import BackendName, choose_backend, fetch_arrow, render_sql
+from binlog.mysql.connection import ConnectionSettings
+from binlog.mysql.fetch import BackendName, choose_backend, fetch_arrow, render_sql
+from binlog.mysql.reader import ServerIdRange
+from cdc.model.schema import TableId, TableSchema, load_table_schema, quote_ident
+from chunking.chunks import SnapshotSplit
 from chunking.reader import ChunkReader, ChunkReaderOptions, ReadHooks
-from chunking.split import SnapshotSplit
 from chunking.splitter import ChunkSplitter, SplitterOptions
 
 SERVER_IDS = ServerIdRange(5400, 5409)  # one id per concurrent reader

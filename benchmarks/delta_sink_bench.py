@@ -19,10 +19,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable, write_deltalake
 
-from cdc.schema import Column, TableId, TableSchema
+from cdc.model.schema import Column, TableId, TableSchema
 from sinks.changes import change_schema, mirror_changes, mirror_schema, normalize
-from sinks.delta import DeltaSink, DeltaSinkConfig
-from sinks.delta_files import commit_snapshot_files, write_snapshot_files
+from sinks.delta.files import commit_snapshot_files, write_snapshot_files
+from sinks.delta.sink import DeltaSink, DeltaSinkConfig
 
 SCHEMA = TableSchema(
     TableId("bench", "orders"),

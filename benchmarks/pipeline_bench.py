@@ -7,15 +7,15 @@ samples the peak RSS of every process in the child's tree (:class:`ChildPhase`).
 The child reads a JSON spec on stdin (so no password reaches a command line), prints events as
 lines ``@@ {json}`` on stdout and ends with a ``result`` event. Phase kinds:
 
-* ``pipeline``: the real job (``mysql-cdc`` source, :class:`cdc.job.BatchWriter`, Delta sink), as
+* ``pipeline``: the real job (``mysql-cdc`` source, :class:`cdc.spark.batch.BatchWriter`, Delta sink), as
   tests/pipeline.py wires it; ``trigger`` is ``available-now`` or a processing-time interval
   (``200 milliseconds``), stopped by SIGTERM. A ``batch`` event follows every committed batch,
   with the time the driver spent committing snapshot files and writing change batches.
 * ``single``: one connection reading the whole table in key order (one ``SELECT ... ORDER BY``
-  through :func:`chunking.fetch.fetch_arrow`) streamed into one Delta table in one commit.
+  through :func:`binlog.mysql.fetch.fetch_arrow`) streamed into one Delta table in one commit.
 * ``jdbc``: ``spark.read.jdbc`` partitioned on the key, written with ``df.write.parquet``.
 * ``decompose``: no Spark: the source's own stage and emit work (the executor side) on a few
-  chunks, in this process, plus the Parquet writing of :mod:`cdc.job`, timed and cProfiled.
+  chunks, in this process, plus the Parquet writing of :mod:`cdc.spark.batch`, timed and cProfiled.
 * ``binlog``: no Spark: the stream task's work on a binlog slice (decoding, then rows), cProfiled.
 
 The parent side: :class:`ChildPhase` (launch, events, memory), the writers that load the source
@@ -95,11 +95,11 @@ def pipeline_phase(spec: dict[str, Any]) -> dict[str, Any]:
 
     With ``sink: noop`` the stream goes to Spark's ``noop`` sink instead: the source alone.
     """
-    import cdc.job
-    from cdc.job import BatchWriter
-    from cdc.source import MySqlCdcDataSource
-    from cdc.spark import local_session
-    from sinks.delta import DeltaSink, DeltaSinkConfig
+    import cdc.spark.batch
+    from cdc.spark.batch import BatchWriter
+    from cdc.spark.session import local_session
+    from cdc.spark.source import MySqlCdcDataSource
+    from sinks.delta.sink import DeltaSink, DeltaSinkConfig
 
     spark = local_session("spark-cdc-bench", parallelism=spec["parallelism"],
                           **{"spark.sql.streaming.numRecentProgressUpdates": "1000"})
@@ -107,7 +107,7 @@ def pipeline_phase(spec: dict[str, Any]) -> dict[str, Any]:
     options = spec["options"]
     sink = DeltaSink(DeltaSinkConfig(path=spec["lake"]), query_id=spec["query_id"])
     sink_write = sink.write_batch = _Timed(sink.write_batch)  # type: ignore[method-assign]
-    commit = cdc.job.commit_snapshot_files = _Timed(cdc.job.commit_snapshot_files)
+    commit = cdc.spark.batch.commit_snapshot_files = _Timed(cdc.spark.batch.commit_snapshot_files)
     writer = BatchWriter(MySqlCdcDataSource(options).table_schemas(), sink)
     prof = cProfile.Profile()
 
@@ -196,9 +196,9 @@ def single_phase(spec: dict[str, Any]) -> dict[str, Any]:
     """One ``SELECT ... ORDER BY key`` on one connection, streamed into one Delta commit."""
     from deltalake import write_deltalake
 
-    from cdc.connection import ConnectionSettings
-    from cdc.schema import TableId, load_table_schema, quote_ident
-    from chunking.fetch import choose_backend, fetch_arrow
+    from binlog.mysql.connection import ConnectionSettings
+    from binlog.mysql.fetch import choose_backend, fetch_arrow
+    from cdc.model.schema import TableId, load_table_schema, quote_ident
     from sinks.changes import mirror_schema
 
     cdc = ConnectionSettings(**spec["cdc"])
@@ -223,7 +223,7 @@ def single_phase(spec: dict[str, Any]) -> dict[str, Any]:
 
 def jdbc_phase(spec: dict[str, Any]) -> dict[str, Any]:
     """``spark.read.jdbc`` with numPartitions on the key range, written as Parquet by the JVM."""
-    from cdc.spark import local_session
+    from cdc.spark.session import local_session
 
     p = spec["parallelism"]
     spark = local_session("spark-cdc-bench-jdbc", parallelism=p, **{"spark.jars": spec["jar"]})
@@ -245,11 +245,11 @@ def jdbc_phase(spec: dict[str, Any]) -> dict[str, Any]:
 def decompose_phase(spec: dict[str, Any]) -> dict[str, Any]:
     """The executor-side work of some chunks without Spark: stage, then emit (with the snapshot
     hand-off, so emitting includes writing the mirror and changelog Parquet files)."""
-    from binlog.mysql import current_offset
-    from cdc.source import MySqlCdcDataSource
-    from cdc.tasks import CdcPartition, EmitItem, StageItem, run_partition
-    from sinks.delta import DeltaSinkConfig
-    from sinks.delta_files import handoff_options
+    from binlog.mysql.reader import current_offset
+    from cdc.spark.source import MySqlCdcDataSource
+    from cdc.spark.tasks import CdcPartition, EmitItem, StageItem, run_partition
+    from sinks.delta.files import handoff_options
+    from sinks.delta.sink import DeltaSinkConfig
 
     options = {**spec["options"], **handoff_options(DeltaSinkConfig(path=spec["lake"]))}
     source = MySqlCdcDataSource(options)
@@ -289,14 +289,14 @@ def binlog_phase(spec: dict[str, Any]) -> dict[str, Any]:
     """The stream task's work without Spark: read a binlog slice as change blocks, build the
     change rows column-wise, write them as changelog files (as cdc/tasks.py does with the job's
     hand-off)."""
-    from binlog.mysql import BinlogReaderConfig, MySqlBinlogReader
-    from cdc.change_blocks import block_envelope
-    from cdc.connection import ConnectionSettings
-    from cdc.offsets import BinlogOffset
-    from cdc.schema import TableId, load_table_schema
-    from cdc.tasks import STREAM_ROWS
-    from sinks.delta import DeltaSinkConfig
-    from sinks.delta_files import write_change_files
+    from binlog.mysql.change_rows import block_envelope
+    from binlog.mysql.connection import ConnectionSettings
+    from binlog.mysql.reader import BinlogReaderConfig, MySqlBinlogReader
+    from cdc.model.positions import BinlogOffset
+    from cdc.model.schema import TableId, load_table_schema
+    from cdc.spark.tasks import STREAM_ROWS
+    from sinks.delta.files import write_change_files
+    from sinks.delta.sink import DeltaSinkConfig
 
     cdc = ConnectionSettings(**spec["cdc"])
     table = TableId(spec["database"], spec["table"])
@@ -336,7 +336,7 @@ def _warm_up(settings: Any, schema: Any) -> None:
     """Load what a Python worker loads once (fetch driver, pandas via pyarrow): not per chunk."""
     import pandas  # type: ignore[import-untyped]  # noqa: F401  (pyarrow loads it on first use)
 
-    from chunking.fetch import fetch_arrow
+    from binlog.mysql.fetch import fetch_arrow
 
     list(fetch_arrow(settings, schema, "FALSE"))
 

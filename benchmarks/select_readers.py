@@ -8,7 +8,7 @@ connection, per chunk, as an executor does):
 
 * ``raw scan``: ``mariadb --quick -e '<same SELECT>' > /dev/null``, the client that only prints;
   chunked, one client runs all chunk queries on one connection. The limit to compare against.
-* every installed backend of :func:`chunking.fetch.fetch_arrow`, producing record batches with
+* every installed backend of :func:`binlog.mysql.fetch.fetch_arrow`, producing record batches with
   exactly the table's Arrow schema.
 
 Prints seconds, rows/s and the ratio to the raw scan. Not a test: asserts nothing.
@@ -29,10 +29,10 @@ from typing import cast
 
 from tpcds import CustomerTable, customer_sandbox
 
-from cdc.connection import ConnectionSettings
-from cdc.schema import TableId, TableSchema, load_table_schema
-from chunking.arrow_columns import column_reads
-from chunking.fetch import BackendName, available_backends, fetch_arrow, render_sql, select_sql
+from binlog.mysql.arrow_columns import column_reads
+from binlog.mysql.connection import ConnectionSettings
+from binlog.mysql.fetch import BackendName, available_backends, fetch_arrow, render_sql, select_sql
+from cdc.model.schema import TableId, TableSchema, load_table_schema
 
 KEY = "c_customer_sk"
 RANGE = f"`{KEY}` >= %s AND `{KEY}` < %s"

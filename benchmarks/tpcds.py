@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from cdc.sandbox import MariaDbSandbox, Sandbox
-from cdc.tpcds import (  # noqa: F401  (re-exported for the benchmark scripts)
+from cdc.app.sandbox.mysql import MariaDbSandbox, Sandbox
+from cdc.app.tpcds import (  # noqa: F401  (re-exported for the benchmark scripts)
     CUSTOMER_COLUMNS,
     customer_ddl,
     customer_rows,

@@ -74,7 +74,7 @@ from pipeline_bench import ChildPhase, MarkerWriter, apply_burst, stop_when_caug
 from select_readers import raw_scan, timed
 from tpcds import CustomerTable, customer_rows, customer_sandbox
 
-from binlog.mysql import current_offset
+from binlog.mysql.reader import current_offset
 
 RESULTS = Path(__file__).with_name("results")
 JAR = "/usr/share/java/mariadb-java-client.jar"

@@ -1,5 +1,5 @@
 """`python -m cdc`: the command-line interface (see cdc/cli.py)."""
 
-from cdc.cli import main
+from cdc.app.cli import main
 
 raise SystemExit(main())

@@ -31,15 +31,15 @@ from typing import Any
 
 import pyarrow as pa
 
-from binlog.mysql import BinlogReaderConfig, MySqlBinlogReader, current_offset, low_watermark
-from cdc.connection import ConnectionSettings
-from cdc.envelope import SnapshotSource, snapshot_envelope
-from cdc.events import ChangeEvent, Row
-from cdc.offsets import BinlogOffset
-from cdc.schema import TableSchema
-from chunking.fetch import BackendName, fetch_arrow
-from chunking.keys import KeyOrder
-from chunking.split import SnapshotSplit
+from binlog.mysql.connection import ConnectionSettings
+from binlog.mysql.fetch import BackendName, fetch_arrow
+from binlog.mysql.keys import KeyOrder
+from binlog.mysql.reader import BinlogReaderConfig, MySqlBinlogReader, current_offset, low_watermark
+from cdc.model.envelope import SnapshotSource, snapshot_envelope
+from cdc.model.events import ChangeEvent, Row
+from cdc.model.positions import BinlogOffset
+from cdc.model.schema import TableSchema
+from chunking.chunks import SnapshotSplit
 
 log = logging.getLogger(__name__)
 

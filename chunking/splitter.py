@@ -31,10 +31,10 @@ from dataclasses import dataclass, replace
 from decimal import ROUND_FLOOR, Decimal, localcontext
 from typing import Any, Literal
 
-from cdc.exceptions import ConfigError
-from cdc.schema import Column, TableSchema
-from chunking.keys import KeyValue, select_chunk_key, sql_ident, sql_param, sql_table
-from chunking.split import SnapshotSplit, decode_value, encode_value
+from binlog.mysql.keys import KeyValue, select_chunk_key, sql_ident, sql_param, sql_table
+from cdc.model.errors import ConfigError
+from cdc.model.schema import Column, TableSchema
+from chunking.chunks import SnapshotSplit, decode_value, encode_value
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ from typing import Protocol, runtime_checkable
 
 import pyarrow as pa
 
-from cdc.exceptions import CdcError, Terminal
-from cdc.schema import TableSchema
+from cdc.model.errors import CdcError, Terminal
+from cdc.model.schema import TableSchema
 
 
 class SinkError(CdcError, Terminal):

@@ -9,7 +9,7 @@ A change batch is one table's change rows of one micro-batch, in stream order::
     ts_ms   int64    when the connector processed the event (Debezium envelope ts_ms), epoch ms
 
 ``before``/``after`` have the table's columns with the types of
-:meth:`cdc.schema.TableSchema.arrow_schema`.
+:meth:`cdc.model.schema.TableSchema.arrow_schema`.
 
 Storage types: table formats without a duration type (Delta has neither TIME nor INTERVAL) keep
 MySQL ``TIME`` values, Arrow ``duration[us]``, as **int64 microseconds** (signed: TIME ranges over
@@ -24,8 +24,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cdc.envelope import envelope_schema
-from cdc.schema import TableSchema
+from cdc.model.envelope import envelope_schema
+from cdc.model.schema import TableSchema
 from sinks.base import InvalidChangeBatch
 
 CHANGE_COLUMNS = ("op", "before", "after", "source", "ts_ms")

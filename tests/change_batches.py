@@ -16,7 +16,7 @@ import polars as pl
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from cdc.schema import Column, TableId, TableSchema
+from cdc.model.schema import Column, TableId, TableSchema
 from sinks.changes import change_schema
 
 UTC = dt.timezone.utc

@@ -14,9 +14,9 @@ from typing import Any
 import pymysql
 import pytest
 
-from binlog.mysql import BinlogReaderConfig, MySqlBinlogReader
-from cdc.sandbox import Endpoint, MariaDbSandbox, Sandbox, start_sandbox
-from cdc.schema import TableId
+from binlog.mysql.reader import BinlogReaderConfig, MySqlBinlogReader
+from cdc.app.sandbox.mysql import Endpoint, MariaDbSandbox, Sandbox, start_sandbox
+from cdc.model.schema import TableId
 
 
 @pytest.fixture(scope="session")
@@ -93,8 +93,8 @@ def reader(cdc_endpoint: Endpoint, database: str) -> Iterator[Callable[..., MySq
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """One local Spark session (2 threads) for the whole test run, with `mysql-cdc` registered."""
-    from cdc.source import MySqlCdcDataSource
-    from cdc.spark import local_session
+    from cdc.spark.session import local_session
+    from cdc.spark.source import MySqlCdcDataSource
 
     session = local_session("spark-cdc-tests", parallelism=2)
     session.dataSource.register(MySqlCdcDataSource)

@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 import sys
 
-from cdc.job import BatchWriter
-from cdc.source import MySqlCdcDataSource
-from cdc.spark import local_session
-from cdc.state import StateStore
-from sinks.delta import DeltaSink, DeltaSinkConfig
+from cdc.spark.batch import BatchWriter
+from cdc.spark.session import local_session
+from cdc.spark.source import MySqlCdcDataSource
+from cdc.spark.state import StateStore
+from sinks.delta.sink import DeltaSink, DeltaSinkConfig
 
 
 def main(arg: str) -> None:

@@ -24,16 +24,16 @@ import deltalake
 import pyarrow as pa
 import pymysql
 
-from binlog.mysql import BinlogReaderConfig, MySqlBinlogReader, current_offset
-from cdc import faults
-from cdc.envelope import split_key_changes
-from cdc.job import BatchRecord, BatchWriter
-from cdc.offsets import BinlogOffset, ChangePosition, max_offset
-from cdc.sandbox import Sandbox
-from cdc.schema import TableId, TableSchema
-from cdc.source import MySqlCdcDataSource
-from cdc.state import StateStore
-from sinks.delta import DeltaSink, DeltaSinkConfig
+from binlog.mysql.reader import BinlogReaderConfig, MySqlBinlogReader, current_offset
+from cdc.app.sandbox.mysql import Sandbox
+from cdc.model.envelope import split_key_changes
+from cdc.model.positions import BinlogOffset, ChangePosition, max_offset
+from cdc.model.schema import TableId, TableSchema
+from cdc.spark import faults
+from cdc.spark.batch import BatchRecord, BatchWriter
+from cdc.spark.source import MySqlCdcDataSource
+from cdc.spark.state import StateStore
+from sinks.delta.sink import DeltaSink, DeltaSinkConfig
 
 REFERENCE_SERVER_ID = 6300
 

@@ -21,15 +21,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_binlog_mysql import TYPED_ROW, TYPED_UPDATE, TYPES_DDL, create_abc, run
 
-from binlog.blocks import ChangeBlock
-from binlog.mysql import MySqlBinlogReader, current_offset
-from binlog.mysql_server import binary_log_sizes
-from cdc.change_blocks import block_envelope
-from cdc.envelope import change_envelope, split_key_changes
-from cdc.offsets import BinlogOffset, byte_cuts
-from cdc.sandbox import Sandbox
-from cdc.schema import TableId, load_table_schema
-from cdc.tpcds import customer_ddl
+from binlog.mysql.blocks import ChangeBlock
+from binlog.mysql.change_rows import block_envelope
+from binlog.mysql.reader import MySqlBinlogReader, current_offset
+from binlog.mysql.server import binary_log_sizes
+from cdc.app.sandbox.mysql import Sandbox
+from cdc.app.tpcds import customer_ddl
+from cdc.model.envelope import change_envelope, split_key_changes
+from cdc.model.positions import BinlogOffset, byte_cuts
+from cdc.model.schema import TableId, load_table_schema
 
 Conn = pymysql.connections.Connection
 
@@ -64,7 +64,7 @@ def fallbacks(caplog: pytest.LogCaptureFixture) -> list[str]:
 def test_every_column_type_and_a_per_row_table(
         mysql_server: Sandbox, admin: Conn, cdc_conn: Conn, reader: Any, database: str,
         caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="binlog.block_batch")
+    caplog.set_level(logging.INFO, logger="binlog.mysql.block_batch")
     start = current_offset(cdc_conn)
     test_types.populate(mysql_server, database)  # every type, edge values, NULLs
     test_types.touch_every_row(mysql_server, database)  # multi-row update events

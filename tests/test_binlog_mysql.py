@@ -18,8 +18,8 @@ from typing import Any
 import pymysql
 import pytest
 
-from binlog.convert import set_members, value_converter
-from binlog.mysql import (
+from binlog.mysql.convert import set_members, value_converter
+from binlog.mysql.reader import (
     BinlogReaderConfig,
     InvalidBinlogPosition,
     MySqlBinlogReader,
@@ -29,11 +29,11 @@ from binlog.mysql import (
     current_offset,
     low_watermark,
 )
-from cdc.events import ChangeEvent
-from cdc.exceptions import BinlogNotConfigured, BinlogPurged, ConfigError, MissingPrivilege
-from cdc.offsets import BinlogOffset
-from cdc.sandbox import Endpoint, MariaDbSandbox, Sandbox
-from cdc.schema import Column, TableId, load_table_schema
+from cdc.app.sandbox.mysql import Endpoint, MariaDbSandbox, Sandbox
+from cdc.model.errors import BinlogNotConfigured, BinlogPurged, ConfigError, MissingPrivilege
+from cdc.model.events import ChangeEvent
+from cdc.model.positions import BinlogOffset
+from cdc.model.schema import Column, TableId, load_table_schema
 
 Conn = pymysql.connections.Connection
 ReaderFactory = Callable[..., MySqlBinlogReader]

@@ -15,10 +15,10 @@ import pymysql
 import pytest
 from pipeline import RandomWriter, writing
 
-from cdc.connection import ConnectionSettings
-from cdc.schema import TableId, TableSchema, load_table_schema
+from binlog.mysql.connection import ConnectionSettings
+from cdc.model.schema import TableId, TableSchema, load_table_schema
+from chunking.chunks import SnapshotSplit
 from chunking.reader import ChunkReader, ChunkReaderOptions, ChunkResult, ReadHooks
-from chunking.split import SnapshotSplit
 from chunking.splitter import ChunkSplitter, SplitterOptions
 
 Conn = pymysql.connections.Connection

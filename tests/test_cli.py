@@ -19,9 +19,9 @@ import deltalake
 import pytest
 import yaml
 
-from cdc.cli import job_main, main
-from cdc.config import config_reference
-from cdc.sandbox import Sandbox
+from cdc.app.cli import job_main, main
+from cdc.app.sandbox.mysql import Sandbox
+from cdc.model.config import config_reference
 
 ROOT = Path(__file__).resolve().parent.parent
 PASSWORD_ENV = "TEST_CLI_PASSWORD"

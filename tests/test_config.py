@@ -8,14 +8,14 @@ from typing import Any
 
 import pytest
 
-from cdc.config import (
+from cdc.model.config import (
     config_reference,
     load_config,
     parse_config,
     parse_duration_s,
     server_id_range,
 )
-from cdc.exceptions import ConfigError
+from cdc.model.errors import ConfigError
 
 GOOD: dict[str, Any] = {
     "source": {"username": "cdc", "password": "${TEST_CDC_PW}", "tables": ["shop\\..*"]},
@@ -70,7 +70,7 @@ def test_missing_env_var_names_the_key_and_variable() -> None:
 
 
 def test_plain_text_password_warns_without_the_value(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="cdc.config"):
+    with caplog.at_level(logging.WARNING, logger="cdc.model.config"):
         parse_config(with_source(password="hunter2"))
     assert "plain text" in caplog.text and "hunter2" not in caplog.text
 

@@ -6,9 +6,9 @@ import pickle
 
 import pytest
 
-from cdc.connection import ConnectionSettings
-from cdc.exceptions import AuthenticationFailed, SourceUnreachable
-from cdc.sandbox import Sandbox, free_port
+from binlog.mysql.connection import ConnectionSettings
+from cdc.app.sandbox.mysql import Sandbox, free_port
+from cdc.model.errors import AuthenticationFailed, SourceUnreachable
 
 
 def test_unreachable_host_names_the_options_to_check() -> None:

@@ -38,7 +38,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cdc.debezium import (
+from cdc.model.debezium.codec import (
     ChangeRecord,
     DebeziumFormatError,
     RowKind,
@@ -51,11 +51,11 @@ from cdc.debezium import (
     record_from_event,
     to_changelog_rows,
 )
-from cdc.debezium_schema import SOURCE_FIELDS, DebeziumOptions
-from cdc.events import OPS, ChangeEvent, Op
-from cdc.exceptions import Terminal
-from cdc.offsets import BinlogOffset, ChangePosition
-from cdc.schema import Column, TableId, TableSchema
+from cdc.model.debezium.connect import SOURCE_FIELDS, DebeziumOptions
+from cdc.model.errors import Terminal
+from cdc.model.events import OPS, ChangeEvent, Op
+from cdc.model.positions import BinlogOffset, ChangePosition
+from cdc.model.schema import Column, TableId, TableSchema
 
 FIXTURES = Path(__file__).parent / "fixtures" / "debezium"
 UTC = dt.timezone.utc
@@ -663,7 +663,7 @@ def test_options_reject_unknown_modes() -> None:
 def test_rows_read_from_the_server_round_trip(admin: Any, database: str) -> None:
     """Column metadata from information_schema drives the encoding; values SELECTed back from
     the server (typed as the readers type them) survive encode -> decode."""
-    from cdc.schema import load_table_schema
+    from cdc.model.schema import load_table_schema
 
     with admin.cursor() as cur:
         cur.execute(

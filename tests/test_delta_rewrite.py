@@ -21,24 +21,24 @@ from change_batches import (
     row,
 )
 
-import sinks.delta
-import sinks.delta_rewrite
-from cdc.schema import TableSchema
-from sinks.delta import DeltaSink, DeltaSinkConfig
-from sinks.delta_files import commit_snapshot_files, write_snapshot_files
+import sinks.delta.rewrite
+import sinks.delta.sink
+from cdc.model.schema import TableSchema
+from sinks.delta.files import commit_snapshot_files, write_snapshot_files
+from sinks.delta.sink import DeltaSink, DeltaSinkConfig
 
 
 @pytest.fixture
 def rewrites(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """Records whether each mirror write took the rewrite (True) or declined to MERGE (False)."""
     seen: list[bool] = []
-    real = sinks.delta.rewrite_all
+    real = sinks.delta.sink.rewrite_all
 
     def spy(*args: Any, **kwargs: Any) -> bool:
         seen.append(real(*args, **kwargs))
         return seen[-1]
 
-    monkeypatch.setattr(sinks.delta, "rewrite_all", spy)
+    monkeypatch.setattr(sinks.delta.sink, "rewrite_all", spy)
     return seen
 
 
@@ -83,7 +83,7 @@ def test_rewrite_when_every_file_is_touched_else_merge(schema: TableSchema, tmp_
 
 def test_new_rows_are_written_in_key_order_in_bounded_files(tmp_path: Path, rewrites: list[bool],
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sinks.delta_rewrite, "UPSERT_FILE_ROWS", 2)
+    monkeypatch.setattr(sinks.delta.rewrite, "UPSERT_FILE_ROWS", 2)
     schema = SINGLE_KEY
     sink = DeltaSink(DeltaSinkConfig(path=str(tmp_path), engine="delta-rs"), query_id="q")
     keys = [(i,) for i in range(0, 300, 3)]

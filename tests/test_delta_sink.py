@@ -34,19 +34,19 @@ from change_batches import (
 from deltalake import DeltaTable, QueryBuilder
 from pydantic import ValidationError
 
-from cdc.exceptions import ConfigError
-from cdc.schema import Column, TableId, TableSchema
+from cdc.model.errors import ConfigError
+from cdc.model.schema import Column, TableId, TableSchema
 from sinks.base import InvalidChangeBatch, SinkSchemaMismatch
 from sinks.changes import DELETE_FLAG, mirror_changes, mirror_schema, normalize
-from sinks.delta import DeltaSink, DeltaSinkConfig
-from sinks.delta_files import (
+from sinks.delta.files import (
     StagedFile,
     commit_snapshot_files,
     file_stats,
     write_snapshot_files,
 )
-from sinks.delta_spark import DELTA_CLASS, jvm_has_class
-from sinks.delta_tables import TableKind, stats_columns
+from sinks.delta.sink import DeltaSink, DeltaSinkConfig
+from sinks.delta.spark_engine import DELTA_CLASS, jvm_has_class
+from sinks.delta.tables import TableKind, stats_columns
 
 VALUES = {
     "c_tiny": -5, "c_int": 123456, "c_big": 2**40, "c_ubig": Decimal(2**64 - 1),
@@ -386,7 +386,7 @@ def test_value_columns_cover_every_mapped_type() -> None:
 
 
 def test_sink_modules_import_no_database_driver() -> None:
-    code = ("import sys, sinks.delta, sinks.delta_files, sinks.delta_spark; "
+    code = ("import sys, sinks.delta.sink, sinks.delta.files, sinks.delta.spark_engine; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('pymysql', 'pymysqlreplication', 'psycopg', 'MySQLdb', 'mysql')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

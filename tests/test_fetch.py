@@ -19,10 +19,8 @@ import pyarrow as pa
 import pymysql
 import pytest
 
-from cdc.connection import ConnectionSettings
-from cdc.exceptions import AuthenticationFailed, ConfigError, TableNotFound
-from cdc.schema import Column, TableId, TableSchema, load_table_schema
-from chunking.fetch import (
+from binlog.mysql.connection import ConnectionSettings
+from binlog.mysql.fetch import (
     BackendName,
     available_backends,
     choose_backend,
@@ -30,7 +28,9 @@ from chunking.fetch import (
     render_sql,
     sql_literal,
 )
-from chunking.keys import range_predicate
+from binlog.mysql.keys import range_predicate
+from cdc.model.errors import AuthenticationFailed, ConfigError, TableNotFound
+from cdc.model.schema import Column, TableId, TableSchema, load_table_schema
 
 BACKENDS = ["connectorx", "mysqlclient", "pymysql"]
 UTC = dt.timezone.utc

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from cdc.exceptions import ConfigError
-from cdc.handoff import SECRET_OPTION, WRITER_OPTION, SnapshotHandoff, options_for
-from cdc.source import _runs
-from sinks.delta import DeltaSinkConfig
-from sinks.delta_files import HANDOFF_WRITER, handoff_options
+from cdc.model.errors import ConfigError
+from cdc.spark.handoff import SECRET_OPTION, WRITER_OPTION, SnapshotHandoff, options_for
+from cdc.spark.source import _runs
+from sinks.delta.files import HANDOFF_WRITER, handoff_options
+from sinks.delta.sink import DeltaSinkConfig
 
 
 def test_no_option_means_no_handoff() -> None:

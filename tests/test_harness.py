@@ -7,7 +7,7 @@ import contextlib
 import pymysql
 import pytest
 
-from cdc.sandbox import Sandbox
+from cdc.app.sandbox.mysql import Sandbox
 
 
 def _global(conn: pymysql.connections.Connection, name: str) -> str:

@@ -16,13 +16,13 @@ import pytest
 import yaml
 from pipeline import Pipeline, assert_mirror_equals_source
 
-from cdc import faults
-from cdc.cli import main
-from cdc.config import JobConfig, parse_config
-from cdc.exceptions import ConfigError
-from cdc.runner import JobFailed, JobRunner
-from cdc.sandbox import Sandbox, free_port
-from cdc.state import StateStore
+from cdc.app.cli import main
+from cdc.app.runner import JobFailed, JobRunner
+from cdc.app.sandbox.mysql import Sandbox, free_port
+from cdc.model.config import JobConfig, parse_config
+from cdc.model.errors import ConfigError
+from cdc.spark import faults
+from cdc.spark.state import StateStore
 
 PASSWORD_ENV = "TEST_JOB_PASSWORD"
 
@@ -300,7 +300,7 @@ def test_password_never_reaches_output_logs_or_checkpoint(
 # --- the demo ------------------------------------------------------------------------------------
 
 def test_demo_runs_end_to_end_at_a_small_scale(spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from cdc.demo import run_demo
+    from cdc.app.demo import run_demo
 
     assert run_demo(scale=0.01, workdir=tmp_path / "demo", spark=spark) == 0
     out = capsys.readouterr().out

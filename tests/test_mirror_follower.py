@@ -11,10 +11,10 @@ import deltalake
 import pytest
 from change_batches import SINGLE_KEY, apply, batch, event, frozen_rows, model_rows, row
 
-from cdc.schema import TableSchema
-from sinks.delta import DeltaSink, DeltaSinkConfig
-from sinks.delta_files import commit_change_files, read_change_files, write_change_files
-from sinks.mirror_follower import ChangelogGap, MirrorFollower, changelog_batches_after
+from cdc.model.schema import TableSchema
+from sinks.delta.files import commit_change_files, read_change_files, write_change_files
+from sinks.delta.follower import ChangelogGap, MirrorFollower, changelog_batches_after
+from sinks.delta.sink import DeltaSink, DeltaSinkConfig
 
 S = SINGLE_KEY
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cdc.offsets import BinlogOffset, ChangePosition, byte_cuts, max_offset
+from cdc.model.positions import BinlogOffset, ChangePosition, byte_cuts, max_offset
 
 offsets = st.builds(
     BinlogOffset,

@@ -29,10 +29,10 @@ from pipeline import (
 )
 from pyspark.errors import StreamingQueryException
 
-from binlog.mysql import current_offset
-from cdc.faults import InjectedFault
-from cdc.sandbox import Sandbox
-from cdc.schema import TableId
+from binlog.mysql.reader import current_offset
+from cdc.app.sandbox.mysql import Sandbox
+from cdc.model.schema import TableId
+from cdc.spark.faults import InjectedFault
 
 ROWS = 1500
 

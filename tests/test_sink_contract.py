@@ -44,10 +44,10 @@ from deltalake import DeltaTable
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cdc.schema import TableSchema
+from cdc.model.schema import TableSchema
 from sinks.base import ChangeSink
-from sinks.delta import DeltaSink, DeltaSinkConfig
-from sinks.delta_tables import TableKind
+from sinks.delta.sink import DeltaSink, DeltaSinkConfig
+from sinks.delta.tables import TableKind
 
 SinkFactory = Callable[[str, str], Any]
 

@@ -9,10 +9,10 @@ from decimal import Decimal
 
 import pytest
 
-from cdc.exceptions import ConfigError, NoChunkKey
-from cdc.schema import Column, TableId, TableSchema
-from chunking.keys import KeyOrder, PaddedWeight, range_predicate, select_chunk_key, sql_param
-from chunking.split import ChunkLocator, SnapshotSplit, decode_value, encode_value
+from binlog.mysql.keys import KeyOrder, PaddedWeight, range_predicate, select_chunk_key, sql_param
+from cdc.model.errors import ConfigError, NoChunkKey
+from cdc.model.schema import Column, TableId, TableSchema
+from chunking.chunks import ChunkLocator, SnapshotSplit, decode_value, encode_value
 from chunking.splitter import SplitterOptions, SplitterState, choose_mode, distribution_factor
 
 TID = TableId("shop", "orders")

@@ -21,12 +21,12 @@ from typing import Any
 import pymysql
 import pytest
 
-from cdc.connection import ConnectionSettings
-from cdc.exceptions import ConfigError, NoChunkKey
-from cdc.sandbox import Sandbox
-from cdc.schema import TableId, TableSchema, load_table_schema
-from chunking.keys import KeyOrder
-from chunking.split import ChunkLocator, SnapshotSplit
+from binlog.mysql.connection import ConnectionSettings
+from binlog.mysql.keys import KeyOrder
+from cdc.app.sandbox.mysql import Sandbox
+from cdc.model.errors import ConfigError, NoChunkKey
+from cdc.model.schema import TableId, TableSchema, load_table_schema
+from chunking.chunks import ChunkLocator, SnapshotSplit
 from chunking.splitter import ChunkSplitter, SplitterOptions, SplitterState
 
 CHUNK = 100

@@ -32,13 +32,13 @@ import pyarrow as pa
 from pipeline import Pipeline
 from pyspark.sql.pandas.types import from_arrow_type
 
-from binlog.convert import value_converter
-from cdc.debezium import encode_value, record_from_event
-from cdc.debezium_schema import DebeziumOptions
-from cdc.events import ChangeEvent
-from cdc.offsets import BinlogOffset, ChangePosition
-from cdc.sandbox import Sandbox
-from cdc.schema import Column, TableId, TableSchema
+from binlog.mysql.convert import value_converter
+from cdc.app.sandbox.mysql import Sandbox
+from cdc.model.debezium.codec import encode_value, record_from_event
+from cdc.model.debezium.connect import DebeziumOptions
+from cdc.model.events import ChangeEvent
+from cdc.model.positions import BinlogOffset, ChangePosition
+from cdc.model.schema import Column, TableId, TableSchema
 from sinks.changes import mirror_schema
 
 UTC = dt.timezone.utc

@@ -1,0 +1,102 @@
+"""Change blocks: the row changes of one binlog rows event as Arrow tables.
+
+``MySqlBinlogReader.read_blocks`` yields these instead of one :class:`~cdc.model.events.ChangeEvent`
+per row; ``cdc/change_blocks.py`` turns a sequence of them into change rows column-wise. A block
+holds the rows of one rows event (one table, one operation) that lie in the slice, typed as the
+table's ``schema.arrow_schema()``, with the event's position and context.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import pyarrow as pa
+
+from cdc.model.events import ChangeEvent
+from cdc.model.positions import ChangePosition
+from cdc.model.schema import TableId
+
+BlockOp = Literal["c", "u", "d"]
+
+
+@dataclass(frozen=True)
+class ChangeBlock:
+    """The changes of one rows event (one table, one operation).
+
+    Attributes:
+        table_id: the table changed.
+        op: ``c`` insert, ``u`` update, ``d`` delete (an update of the primary key stays ``u``
+            here; ``cdc/change_blocks.py`` splits it as Debezium does).
+        before: the rows before the change (``u``, ``d``), typed as ``schema.arrow_schema()``.
+        after: the rows after the change (``c``, ``u``), row i matching ``before``'s row i.
+        file: binlog file of the rows event.
+        pos: where the rows event starts in ``file``.
+        first_row: the index inside the event of the first row here; rows before it were handed
+            out before a resume, so row i of the tables is change ``(file, pos, first_row + i)``.
+        ts_ms: when the server wrote the event, epoch milliseconds.
+        gtid: the transaction's GTID, when the server has GTIDs.
+        server_id: the id of the server that wrote the event.
+        thread: the id of the connection that made the change, when known.
+        query: the SQL statement, when the server logs it.
+    """
+
+    table_id: TableId
+    op: BlockOp
+    before: pa.Table | None
+    after: pa.Table | None
+    file: str
+    pos: int
+    first_row: int
+    ts_ms: int
+    gtid: str | None
+    server_id: int
+    thread: int | None
+    query: str | None
+
+    @property
+    def num_rows(self) -> int:
+        image = self.after if self.after is not None else self.before
+        return 0 if image is None else image.num_rows
+
+    def last_position(self) -> ChangePosition:
+        """The position of the block's last change."""
+        return ChangePosition(self.file, self.pos, self.first_row + self.num_rows - 1)
+
+    def to_events(self) -> list[ChangeEvent]:
+        """The block as one ChangeEvent per row (per-row Python: for tests and slow paths)."""
+        befores = self.before.to_pylist() if self.before is not None else None
+        afters = self.after.to_pylist() if self.after is not None else None
+        return [
+            ChangeEvent(self.table_id, self.op, befores[i] if befores else None,
+                        afters[i] if afters else None,
+                        ChangePosition(self.file, self.pos, self.first_row + i), self.ts_ms,
+                        self.gtid, self.server_id, self.thread, self.query)
+            for i in range(self.num_rows)
+        ]
+
+
+def block_from_events(events: Sequence[ChangeEvent], schema: pa.Schema) -> ChangeBlock:
+    """A block from the per-row changes of one rows event (the fallback path).
+
+    Args:
+        events: the changes, in row order, all of one rows event.
+        schema: the table's ``schema.arrow_schema()``.
+
+    Raises:
+        ValueError: no events, or they are not of one rows event.
+    """
+    if not events:
+        raise ValueError("a change block needs at least one change")
+    first = events[0]
+    where = first.position
+    if where is None or any(e.position is None or e.position[:2] != where[:2] for e in events):
+        raise ValueError("a change block holds the changes of one rows event")
+    op = first.op
+    if op == "r":
+        raise ValueError("snapshot reads are not binlog changes")
+    before = pa.Table.from_pylist([e.before for e in events], schema=schema) if op != "c" else None
+    after = pa.Table.from_pylist([e.after for e in events], schema=schema) if op != "d" else None
+    return ChangeBlock(first.table_id, op, before, after, where.file, where.pos, where.row,
+                       first.ts_ms, first.gtid, first.server_id, first.thread, first.query)

@@ -1,0 +1,317 @@
+"""Run a job: the ``mysql-cdc`` stream of a :class:`~cdc.model.config.JobConfig` into its Delta sink.
+
+    runner = JobRunner(load_config("job.yaml"))
+    summary = runner.run(once=True)      # available-now: everything up to now, then stop
+
+Runs on the driver. The order of a run is what keeps a failed start harmless:
+
+1. :meth:`JobRunner.check` connects and runs the start-up checks (server settings, privileges,
+   tables, chunk keys). Every problem raises a :class:`~cdc.model.errors.CdcError` whose message
+   names the fix, before anything is written.
+2. :func:`claim_checkpoint` records the source in ``<state>/source.json`` on the first run and
+   refuses a checkpoint made for another source; it also fixes the sink's query id (the key of
+   its idempotent commits) in ``<state>/query.json``, so it survives restarts.
+3. The query starts: ``trigger(availableNow=True)`` with ``once``, else
+   ``trigger(processingTime=trigger_interval)`` until SIGINT/SIGTERM, which stop the query
+   (``query.stop()``): a batch cut short is replayed on restart, the checkpoint stays consistent.
+
+The state directory lives next to the checkpoint (``<checkpoint>_state``), not inside it: Spark
+refuses to start a new query in a non-empty checkpoint directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow.fs as pafs
+
+from cdc.app.progress import ProgressTracker, RunSummary, table_counts
+from cdc.model.config import JobConfig, parse_duration_s
+from cdc.model.errors import CdcError, ConfigError
+from cdc.model.schema import TableId, TableSchema
+from cdc.spark.source import MySqlCdcDataSource, SourceSettings
+from cdc.spark.state import StateStore
+
+log = logging.getLogger(__name__)
+
+SOURCE_FILE = "source.json"
+QUERY_FILE = "query.json"
+POLL_S = 0.5
+
+
+class JobFailed(CdcError):
+    """The streaming query stopped with an error (the message is the root cause's)."""
+
+
+@dataclass(frozen=True)
+class JobPaths:
+    """Where a job keeps its checkpoint and the source's state (absolute when local)."""
+
+    checkpoint: str
+    state_dir: str
+
+    @classmethod
+    def of(cls, config: JobConfig) -> JobPaths:
+        return cls(_absolute(config.checkpoint), _absolute(config.state_path()))
+
+
+def _absolute(path: str) -> str:
+    return path.rstrip("/") if "://" in path else os.path.abspath(path)
+
+
+def _exists(path: str) -> bool:
+    """True when ``path`` (local or URI) exists; never creates anything."""
+    fs, base = pafs.FileSystem.from_uri(path) if "://" in path else (pafs.LocalFileSystem(), path)
+    return bool(fs.get_file_info(base).type != pafs.FileType.NotFound)
+
+
+def source_options(config: JobConfig, paths: JobPaths) -> dict[str, str]:
+    """The ``mysql-cdc`` reader options of a job (see cdc/source.py), all strings."""
+    s = config.source
+    opts = {
+        "hostname": s.hostname, "port": str(s.port), "username": s.username,
+        "tables": json.dumps(s.tables), "server_id": s.server_id, "startup_mode": s.startup_mode,
+        "chunk_size": str(s.chunk_size), "distribution_factor_lower": str(s.distribution_factor_lower),
+        "distribution_factor_upper": str(s.distribution_factor_upper),
+        "connect_timeout_s": str(s.connect_timeout_s), "name": s.name,
+        "stream_split_bytes": str(s.stream_split_bytes),
+        "state_dir": paths.state_dir, "parallelism": str(config.parallelism),
+    }
+    if s.password_file is not None:
+        opts["password_file"] = str(s.password_file)  # the secret itself stays out of Spark's options
+    elif s.password is not None:
+        opts["password"] = s.password.get_secret_value()  # Spark redacts options named *password*
+    if s.chunks_per_batch is not None:
+        opts["chunks_per_batch"] = str(s.chunks_per_batch)
+    if s.chunk_key_columns:
+        opts["chunk_key_columns"] = json.dumps(s.chunk_key_columns)
+    if s.startup_offset is not None:
+        opts["startup_offset"] = json.dumps(s.startup_offset.model_dump(exclude_none=True))
+    if s.startup_timestamp_ms is not None:
+        opts["startup_timestamp_ms"] = str(s.startup_timestamp_ms)
+    return opts
+
+
+def check_supported(config: JobConfig) -> None:
+    """Refuse settings that validate but are not implemented yet.
+
+    Raises:
+        ConfigError: names the setting and what to use instead.
+    """
+    s = config.source
+    if s.startup_mode == "specific-offset" and s.startup_offset is not None and s.startup_offset.file is None:
+        raise ConfigError("source.startup_offset: a GTID start is not supported yet; give file and pos",
+                          key="source.startup_offset")
+    if s.backfill_skip:
+        raise ConfigError("source.backfill_skip: not implemented yet; remove it (the default false "
+                          "gives exactly-once snapshots)", key="source.backfill_skip")
+
+
+def source_identity(config: JobConfig, schemas: dict[TableId, TableSchema]) -> dict[str, Any]:
+    """What ``source.json`` records: the server, the table patterns and the databases captured."""
+    s = config.source
+    return {"hostname": s.hostname, "port": s.port, "tables": list(s.tables),
+            "databases": sorted({t.db for t in schemas})}
+
+
+def claim_checkpoint(store: StateStore, paths: JobPaths, identity: dict[str, Any]) -> str:
+    """Check that the checkpoint belongs to this source, record it, and return the query id.
+
+    Tables matched by new patterns may join (the planner snapshots them); a different server, or
+    dropping a database the checkpoint captured, is refused.
+
+    Raises:
+        ConfigError: the checkpoint was made for another source, or its state is missing.
+    """
+    if store.exists(SOURCE_FILE):
+        recorded = store.read_json(SOURCE_FILE)
+        _same_source(recorded, identity, paths)
+        identity = {**identity, "databases": sorted(set(identity["databases"]) | set(recorded["databases"]))}
+    elif _exists(f"{paths.checkpoint}/offsets"):
+        raise ConfigError(f"checkpoint {paths.checkpoint} has offsets but its state directory "
+                          f"{paths.state_dir} has no {SOURCE_FILE}: restore the state directory "
+                          "(it must stay next to the checkpoint) or start over with a new checkpoint",
+                          checkpoint=paths.checkpoint)
+    store.write_json(SOURCE_FILE, identity)
+    if not store.exists(QUERY_FILE):
+        digest = hashlib.sha256(paths.checkpoint.encode()).hexdigest()[:16]
+        store.write_json(QUERY_FILE, {"query_id": f"cdc-{digest}", "checkpoint": paths.checkpoint})
+    return str(store.read_json(QUERY_FILE)["query_id"])
+
+
+def _same_source(recorded: dict[str, Any], identity: dict[str, Any], paths: JobPaths) -> None:
+    where = f"{recorded['hostname']}:{recorded['port']}"
+    fix = (f"use a new checkpoint for a new source (or, if it is the same server under another "
+           f"name, edit {paths.state_dir}/{SOURCE_FILE})")
+    if (recorded["hostname"], recorded["port"]) != (identity["hostname"], identity["port"]):
+        raise ConfigError(f"checkpoint {paths.checkpoint} belongs to source {where}, not "
+                          f"{identity['hostname']}:{identity['port']}: {fix}", checkpoint=paths.checkpoint)
+    dropped = sorted(set(recorded["databases"]) - set(identity["databases"]))
+    if dropped:
+        raise ConfigError(f"checkpoint {paths.checkpoint} captures database(s) {', '.join(dropped)} "
+                          f"that source.tables {identity['tables']} no longer matches: {fix}",
+                          checkpoint=paths.checkpoint)
+
+
+def job_session(config: JobConfig) -> Any:
+    """The Spark session: the active one (spark-submit, notebooks), else ``local[parallelism]``.
+
+    Under spark-submit the master comes from spark-submit; it is never overridden.
+    """
+    from pyspark.sql import SparkSession
+
+    from cdc.spark.session import local_session
+
+    spark = SparkSession.getActiveSession()
+    if spark is None and "PYSPARK_GATEWAY_PORT" in os.environ:  # launched by spark-submit
+        spark = SparkSession.builder.appName("spark-cdc").getOrCreate()
+    if spark is None:
+        spark = local_session("spark-cdc", parallelism=config.parallelism)
+    return spark
+
+
+@contextlib.contextmanager
+def stop_on_signals(stop: threading.Event) -> Iterator[None]:
+    """SIGINT and SIGTERM set ``stop`` instead of killing the driver (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    wanted = (signal.SIGINT, signal.SIGTERM)
+    previous = {s: signal.getsignal(s) for s in wanted}
+
+    def handler(signum: int, _frame: Any) -> None:
+        log.info("%s received: stopping the query (a batch cut short is replayed on restart)",
+                 signal.Signals(signum).name)
+        stop.set()
+
+    for s in wanted:
+        signal.signal(s, handler)
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+class JobRunner:
+    """Builds, runs and stops one job's streaming query.
+
+    Args:
+        config: the validated job file.
+        spark: a Spark session to use (default: :func:`job_session`).
+    """
+
+    def __init__(self, config: JobConfig, spark: Any | None = None) -> None:
+        self.config = config
+        self.paths = JobPaths.of(config)
+        self.options = source_options(config, self.paths)
+        self.spark = spark
+        self._schemas: dict[TableId, TableSchema] | None = None
+
+    def check(self) -> dict[TableId, TableSchema]:
+        """Connect and run the start-up checks; writes nothing.
+
+        Raises:
+            CdcError: SourceUnreachable, AuthenticationFailed, MissingPrivilege,
+                BinlogNotConfigured, ConfigError (no table matched, unsupported setting) or
+                NoChunkKey; each message names the fix.
+        """
+        if self._schemas is None:
+            check_supported(self.config)
+            self._schemas = MySqlCdcDataSource(self.options).table_schemas()
+        return self._schemas
+
+    def run(self, once: bool = False, stop: threading.Event | None = None) -> RunSummary:
+        """Run until the data available at start is written (``once``) or until ``stop`` is set.
+
+        Raises:
+            CdcError: a start-up check failed (nothing written), or the checkpoint is refused.
+            JobFailed: the query stopped with an error.
+        """
+        schemas = self.check()
+        store = StateStore(self.paths.state_dir)
+        query_id = claim_checkpoint(store, self.paths, source_identity(self.config, schemas))
+        spark = self.spark if self.spark is not None else job_session(self.config)
+        spark.dataSource.register(MySqlCdcDataSource)
+        from cdc.spark.batch import BatchWriter
+        from sinks.delta.sink import DeltaSink, DeltaSinkConfig
+
+        sink_config = DeltaSinkConfig(path=self.config.sink.path, storage_options=dict(self.config.sink.storage_options),
+                                      engine=self.config.sink.engine)
+        writer = BatchWriter(schemas, DeltaSink(sink_config, query_id=query_id, spark=spark), store,
+                             async_mirror=self.config.sink.async_mirror)
+        tracker = ProgressTracker(self.config.source.chunk_size, SourceSettings.from_options(self.options).connection())
+        started = time.monotonic()
+        query = self._start(spark, writer, once)
+        log.info("query started: %d table(s), checkpoint %s, %s", len(schemas), self.paths.checkpoint,
+                 "available-now (--once)" if once else f"every {self.config.trigger_interval}")
+        try:
+            with stop_on_signals(stop := stop or threading.Event()):
+                _wait(query, stop, tracker)
+            try:
+                writer.close()  # the mirrors take the last batches before the summary counts them
+            except Exception as exc:
+                raise JobFailed(f"the mirror could not take the last batches (a restart catches it up "
+                                f"from the changelog): {root_cause(exc)}") from None
+        finally:
+            tracker.close()
+        counts = table_counts(sink_config, schemas)
+        return tracker.summary(counts, time.monotonic() - started)
+
+    def _start(self, spark: Any, writer: Any, once: bool) -> Any:
+        df = spark.readStream.format("mysql-cdc").options(**self.options, **writer.source_options()).load()
+        stream = df.writeStream.foreachBatch(writer).option("checkpointLocation", self.paths.checkpoint)
+        if once:
+            stream = stream.trigger(availableNow=True)
+        else:
+            stream = stream.trigger(processingTime=f"{parse_duration_s(self.config.trigger_interval)} seconds")
+        return stream.start()
+
+
+def _wait(query: Any, stop: threading.Event, tracker: ProgressTracker) -> None:
+    """Report progress until the query ends or ``stop`` is set (then stop it).
+
+    Raises:
+        JobFailed: the query failed.
+    """
+    from pyspark.errors import StreamingQueryException
+
+    try:
+        while not query.awaitTermination(POLL_S):
+            tracker.update(query.recentProgress)
+            if stop.is_set():
+                query.stop()
+                break
+    except StreamingQueryException as exc:
+        raise JobFailed(root_cause(exc)) from None
+    finally:
+        with contextlib.suppress(Exception):
+            tracker.update(query.recentProgress)
+
+
+def root_cause(exc: BaseException) -> str:
+    """The first line naming one of our errors in a Spark failure, else its first line."""
+    text = str(exc)
+    names = {c.__name__ for c in _subclasses(CdcError)}
+    for line in reversed(text.splitlines()):
+        head = line.strip().split(":", 1)
+        if len(head) == 2 and head[0].rsplit(".", 1)[-1] in names:
+            return head[1].strip()
+    return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+
+
+def _subclasses(cls: type[CdcError]) -> Iterator[type[CdcError]]:
+    subs: list[type[CdcError]] = cls.__subclasses__()
+    for sub in subs:
+        yield sub
+        yield from _subclasses(sub)

@@ -1,0 +1,1 @@
+"""cdc.app.sandbox."""

@@ -1,0 +1,1 @@
+"""cdc.model.debezium."""

@@ -1,0 +1,478 @@
+"""The Debezium MySQL connector's JSON change-event format: encode, decode, changelog rows.
+
+A change event travels as two JSON messages, as Debezium writes them with Kafka's JsonConverter:
+
+* the key: the primary-key struct (``{"id": 1004}``), or no key for a table without one;
+* the value: an envelope ``{before, after, source, op, ts_ms, ts_us, ts_ns, transaction}``.
+
+With ``schemas_enabled`` each message is ``{"schema": ..., "payload": ...}`` (the Kafka Connect
+schema, see ``cdc/debezium_schema.py``); without, it is the payload alone. Decoding accepts both,
+and turns an envelope into Flink changelog rows the way Flink's ``debezium-json`` format does:
+``r``/``c`` give +I, ``u`` gives -U and +U, ``d`` gives -D; a tombstone (null value) gives none.
+
+Where we differ from Debezium (on purpose):
+
+* Envelope ``ts_ms`` is the connector's processing time in Debezium; :func:`record_from_event`
+  uses the event's own time unless told otherwise, so that a replayed batch encodes identically.
+* An update that changes the primary key is one ``u`` event (as Flink CDC emits it), not
+  Debezium's delete + tombstone + create.
+* We never produce transaction metadata: ``transaction`` is always null.
+* ``source.version`` says ``spark-cdc-<version>`` by default, not a Debezium release.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from functools import lru_cache
+from typing import Any, Literal
+
+import orjson
+
+from cdc import __version__
+from cdc.model.debezium import values as values
+from cdc.model.debezium.connect import (
+    DEFAULT_OPTIONS,
+    SNAPSHOT_VALUES,
+    SOURCE_FIELDS,
+    DebeziumOptions,
+    FieldCodec,
+    decoder_for_schema,
+    envelope_schema,
+    key_codecs,
+    key_schema,
+    table_codecs,
+)
+from cdc.model.errors import CdcError, Terminal
+from cdc.model.events import OPS, ChangeEvent, Op, Row
+from cdc.model.positions import BinlogOffset
+from cdc.model.schema import TableId, TableSchema
+
+SOURCE_VERSION = f"spark-cdc-{__version__}"
+Connector = Literal["mysql", "mariadb"]
+
+
+class DebeziumFormatError(CdcError, Terminal):
+    """A message is not a valid Debezium change event (the message names the field), or a row
+    cannot be encoded with its table's schema."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SourceInfo:
+    """The envelope's ``source`` block, field for field as Debezium's MySQL connector names it.
+
+    ``snapshot`` is one of :data:`SNAPSHOT_VALUES` ("true", "last", "false", ...). ``sequence``,
+    ``ts_us`` and ``ts_ns`` exist in Debezium 2.x+; they are None when a message lacks them.
+    """
+
+    version: str
+    connector: str
+    name: str
+    ts_ms: int
+    snapshot: str = "false"
+    db: str
+    sequence: str | None = None
+    ts_us: int | None = None
+    ts_ns: int | None = None
+    table: str | None = None
+    server_id: int
+    gtid: str | None = None
+    file: str
+    pos: int
+    row: int
+    thread: int | None = None
+    query: str | None = None
+
+
+@dataclass(frozen=True)
+class ChangeRecord:
+    """One Debezium change event value (the envelope), with typed row images."""
+
+    op: Op
+    before: Row | None
+    after: Row | None
+    source: SourceInfo
+    ts_ms: int | None = None
+    ts_us: int | None = None
+    ts_ns: int | None = None
+
+    @property
+    def table_id(self) -> TableId:
+        """The table changed, from ``source.db`` and ``source.table``."""
+        return TableId(self.source.db, self.source.table or "")
+
+    def image(self) -> Row:
+        """The row that identifies the change (``before`` for deletes, else ``after``).
+
+        Raises:
+            DebeziumFormatError: that image is missing.
+        """
+        row = self.before if self.op == "d" else self.after
+        if row is None:
+            raise DebeziumFormatError(f"{self.op!r} record on {self.table_id} has no image")
+        return row
+
+
+class RowKind(str, Enum):
+    """Flink's changelog row kinds, by their short names."""
+
+    INSERT = "+I"
+    UPDATE_BEFORE = "-U"
+    UPDATE_AFTER = "+U"
+    DELETE = "-D"
+
+
+def record_from_event(
+    event: ChangeEvent,
+    *,
+    connector_name: str,
+    snapshot: str | None = None,
+    offset: BinlogOffset | None = None,
+    ts_ms: int | None = None,
+    connector: Connector = "mysql",
+    version: str = SOURCE_VERSION,
+) -> ChangeRecord:
+    """Build the envelope of one change event.
+
+    Args:
+        event: the change.
+        connector_name: the logical server name (Debezium's ``topic.prefix``); ``source.name``.
+        snapshot: ``source.snapshot``; default "true" for snapshot reads (``r``), else "false".
+        offset: where a snapshot read was taken (e.g. its chunk's high watermark): its file and
+            pos fill ``source.file``/``source.pos`` when the event has no position.
+        ts_ms: the envelope's processing time; default the event's time (deterministic).
+        connector: ``source.connector``, "mysql" or "mariadb".
+        version: ``source.version``.
+
+    Raises:
+        DebeziumFormatError: ``snapshot`` is not a Debezium value, or the event has no position
+            and no ``offset`` was given.
+    """
+    snapshot = snapshot or ("true" if event.op == "r" else "false")
+    if snapshot not in SNAPSHOT_VALUES:
+        raise DebeziumFormatError(f"snapshot={snapshot!r} is not one of {SNAPSHOT_VALUES}")
+    if event.position is not None:
+        file, pos, row = event.position
+    elif offset is not None:
+        file, pos, row = offset.file, offset.pos, 0
+    else:
+        raise DebeziumFormatError(
+            f"{event.op!r} event on {event.table_id} has no binlog position: pass offset= "
+            "(for a snapshot read, the chunk's high watermark)", table=str(event.table_id))
+    source = SourceInfo(
+        version=version, connector=connector, name=connector_name, ts_ms=event.ts_ms,
+        snapshot=snapshot, db=event.table_id.db, ts_us=event.ts_ms * 1000,
+        ts_ns=event.ts_ms * 1_000_000, table=event.table_id.table, server_id=event.server_id,
+        gtid=event.gtid, file=file, pos=pos, row=row, thread=event.thread, query=event.query)
+    when = event.ts_ms if ts_ms is None else ts_ms
+    return ChangeRecord(event.op, event.before, event.after, source, when, when * 1000,
+                        when * 1_000_000)
+
+
+# --- encoding --------------------------------------------------------------------------------
+
+
+def encode_key(
+    record: ChangeRecord, schema: TableSchema, *, schemas_enabled: bool,
+    options: DebeziumOptions = DEFAULT_OPTIONS,
+) -> bytes | None:
+    """The key message: the primary-key struct, or None when the table has no primary key.
+
+    Raises:
+        DebeziumFormatError: the record is for another table, or a key value cannot be encoded.
+    """
+    _check_table(record, schema)
+    if not schema.primary_key:
+        return None
+    codecs = key_codecs(schema, options)
+    payload = _encode_row(record.image(), codecs, "key", record.table_id, whole=False)
+    if not schemas_enabled:
+        return _dumps(payload, record.table_id)
+    fragment = _key_schema(schema, options, record.source.name)
+    return _dumps({"schema": fragment, "payload": payload}, record.table_id)
+
+
+def encode_value(
+    record: ChangeRecord, schema: TableSchema, *, schemas_enabled: bool,
+    options: DebeziumOptions = DEFAULT_OPTIONS,
+) -> bytes:
+    """The value message: the envelope (wrapped with its Connect schema if ``schemas_enabled``).
+
+    Raises:
+        DebeziumFormatError: the record is for another table, or a value cannot be encoded.
+    """
+    _check_table(record, schema)
+    codecs = table_codecs(schema, options)
+    payload = {
+        "before": _encode_row(record.before, codecs, "before", record.table_id),
+        "after": _encode_row(record.after, codecs, "after", record.table_id),
+        "source": {name: getattr(record.source, name) for name in _SOURCE_NAMES},
+        "op": record.op, "ts_ms": record.ts_ms, "ts_us": record.ts_us, "ts_ns": record.ts_ns,
+        "transaction": None,
+    }
+    if not schemas_enabled:
+        return _dumps(payload, record.table_id)
+    fragment = _envelope_schema(schema, options, record.source.name, record.source.connector)
+    return _dumps({"schema": fragment, "payload": payload}, record.table_id)
+
+
+def _dumps(message: Any, table: TableId) -> bytes:
+    try:
+        return orjson.dumps(message)
+    except orjson.JSONEncodeError as exc:  # a value of the wrong Python type for its column
+        raise DebeziumFormatError(f"cannot write the {table} event as JSON: {exc}",
+                                  table=str(table)) from None
+
+
+_SOURCE_NAMES = tuple(name for name, _, _ in SOURCE_FIELDS)  # Debezium's order
+
+
+@lru_cache(maxsize=256)
+def _envelope_schema(
+    schema: TableSchema, options: DebeziumOptions, server: str, connector: str
+) -> orjson.Fragment:
+    return orjson.Fragment(orjson.dumps(envelope_schema(schema, options, server, connector)))
+
+
+@lru_cache(maxsize=256)
+def _key_schema(schema: TableSchema, options: DebeziumOptions, server: str) -> orjson.Fragment:
+    return orjson.Fragment(orjson.dumps(key_schema(schema, options, server)))
+
+
+def _check_table(record: ChangeRecord, schema: TableSchema) -> None:
+    if record.table_id != schema.table_id:
+        raise DebeziumFormatError(
+            f"record for {record.table_id} cannot be encoded with the schema of {schema.table_id}",
+            table=str(record.table_id))
+
+
+def _encode_row(
+    row: Row | None, codecs: tuple[FieldCodec, ...], where: str, table: TableId,
+    *, whole: bool = True,
+) -> dict[str, Any] | None:
+    """Encode ``row``'s values; ``whole``: the row must have no column the codecs lack."""
+    if row is None:
+        return None
+    out: dict[str, Any] = {}
+    for c in codecs:
+        try:
+            x = row[c.column]
+            out[c.column] = None if x is None else c.encode(x)
+        except KeyError:
+            raise DebeziumFormatError(f"{where}: the row has no column {c.column!r} of {table}",
+                                      table=str(table), field=f"{where}.{c.column}") from None
+        except (TypeError, ValueError, AttributeError, ArithmeticError) as exc:
+            raise DebeziumFormatError(
+                f"{where}.{c.column}: cannot encode {x!r} as {c.schema.get('name') or c.schema['type']}"
+                f" ({exc})", table=str(table), field=f"{where}.{c.column}") from None
+    if whole and len(row) != len(out):
+        extra = sorted(set(row) - set(out))
+        raise DebeziumFormatError(f"{where}.{extra[0]}: {table} has no such column",
+                                  table=str(table), field=f"{where}.{extra[0]}")
+    return out
+
+
+# --- decoding --------------------------------------------------------------------------------
+
+
+def decode_value(
+    data: bytes | str | None, schema: TableSchema | None = None, *,
+    options: DebeziumOptions = DEFAULT_OPTIONS,
+) -> ChangeRecord | None:
+    """Decode a value message, with or without the ``schema``/``payload`` wrapper.
+
+    Row values are typed by ``schema`` (and ``options``) when given, else by the message's own
+    Connect schema when it has one, else left as raw JSON values.
+
+    Returns:
+        The record, or None for a tombstone (a null value).
+
+    Raises:
+        DebeziumFormatError: the message is malformed; the message names the field.
+    """
+    doc, path, connect = _unwrap(data)
+    if doc is None:
+        return None
+    op = doc.get("op")
+    if op not in OPS:
+        raise _bad(f"{path}op", f"one of {', '.join(OPS)}", op, missing="op" not in doc)
+    source = _decode_source(doc.get("source"), f"{path}source", "source" in doc)
+    table = TableId(source.db, source.table or "")
+    if schema is not None and schema.table_id != table:
+        raise DebeziumFormatError(f"{path}source: the event is for {table}, the schema given is "
+                                  f"for {schema.table_id}", table=str(table), field="source")
+    images = []
+    for name in ("before", "after"):
+        row = doc.get(name)
+        images.append(None if row is None else
+                      _decode_row(row, _row_decoders(schema, options, connect, name),
+                                  f"{path}{name}", table))
+    before, after = images
+    _check_images(op, before, after, path)
+    ts = [_optional_int(doc.get(f), f"{path}{f}") for f in ("ts_ms", "ts_us", "ts_ns")]
+    return ChangeRecord(op, before, after, source, *ts)
+
+
+def decode_key(
+    data: bytes | str | None, schema: TableSchema | None = None, *,
+    options: DebeziumOptions = DEFAULT_OPTIONS,
+) -> Row | None:
+    """Decode a key message (with or without the wrapper); None for a null key.
+
+    Raises:
+        DebeziumFormatError: the message is malformed; the message names the field.
+    """
+    doc, path, connect = _unwrap(data)
+    if doc is None:
+        return None
+    if schema is not None:
+        decoders: dict[str, Any] | None = {c.column: c.decode for c in key_codecs(schema, options)}
+    else:
+        decoders = _struct_decoders(connect, "schema") if connect is not None else None
+    table = schema.table_id if schema is not None else TableId("?", "?")
+    return _decode_row(doc, decoders, path.rstrip(".") or "key", table)
+
+
+def to_changelog_rows(record: ChangeRecord) -> list[tuple[RowKind, Row]]:
+    """Flink's debezium-json reading: ``r``/``c`` -> +I, ``u`` -> -U and +U, ``d`` -> -D."""
+    if record.op == "u":
+        assert record.before is not None and record.after is not None  # checked when built
+        return [(RowKind.UPDATE_BEFORE, record.before), (RowKind.UPDATE_AFTER, record.after)]
+    if record.op == "d":
+        return [(RowKind.DELETE, record.image())]
+    return [(RowKind.INSERT, record.image())]
+
+
+def decode_changelog(
+    data: bytes | str | None, schema: TableSchema | None = None, *,
+    options: DebeziumOptions = DEFAULT_OPTIONS,
+) -> list[tuple[RowKind, Row]]:
+    """Decode a value message straight to changelog rows (none for a tombstone).
+
+    Raises:
+        DebeziumFormatError: the message is malformed; the message names the field.
+    """
+    record = decode_value(data, schema, options=options)
+    return [] if record is None else to_changelog_rows(record)
+
+
+def _unwrap(data: bytes | str | None) -> tuple[dict[str, Any] | None, str, Any]:
+    """(payload, path prefix, embedded Connect schema or None); payload None = tombstone."""
+    if data is None:
+        return None, "", None
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise DebeziumFormatError(f"message is not valid JSON: {exc}", field="") from None
+    if isinstance(doc, dict) and "payload" in doc:
+        doc, path, connect = doc["payload"], "payload.", doc.get("schema")
+    else:
+        path, connect = "", None
+    if doc is not None and not isinstance(doc, dict):
+        raise _bad(path.rstrip(".") or "message", "a JSON object", doc)
+    return doc, path, connect
+
+
+def _got(value: Any) -> str:
+    text = orjson.dumps(value).decode()
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _bad(path: str, expected: str, value: Any, *, missing: bool = False) -> DebeziumFormatError:
+    if missing:
+        return DebeziumFormatError(f"{path}: required field is missing", field=path)
+    return DebeziumFormatError(f"{path}: expected {expected}, got {_got(value)}", field=path)
+
+
+_SOURCE_DECODERS = {"string": values.dec_str, "int64": values.dec_int, "int32": values.dec_int}
+
+
+def _snapshot(value: Any) -> str:
+    if isinstance(value, bool):  # Debezium 1.x wrote a boolean
+        return "true" if value else "false"
+    if value not in SNAPSHOT_VALUES:
+        raise values.BadValue(f"one of {', '.join(SNAPSHOT_VALUES)}", value)
+    return str(value)
+
+
+def _decode_source(obj: Any, path: str, present: bool) -> SourceInfo:
+    if not isinstance(obj, dict):
+        raise _bad(path, "an object", obj, missing=not present)
+    out: dict[str, Any] = {}
+    for name, kind, optional in SOURCE_FIELDS:
+        x = obj.get(name)
+        if x is None:
+            if name == "table" or not optional:  # a change event always names its table
+                raise _bad(f"{path}.{name}", kind.replace("int", "integer "), x,
+                           missing=name not in obj)
+            out[name] = "false" if name == "snapshot" else None
+            continue
+        try:
+            out[name] = _snapshot(x) if name == "snapshot" else _SOURCE_DECODERS[kind](x)
+        except values.BadValue as exc:
+            raise _bad(f"{path}.{name}", exc.expected, x) from None
+    return SourceInfo(**out)
+
+
+def _optional_int(x: Any, path: str) -> int | None:
+    if x is None:
+        return None
+    try:
+        return int(values.dec_int(x))
+    except values.BadValue:
+        raise _bad(path, "integer", x) from None
+
+
+def _row_decoders(
+    schema: TableSchema | None, options: DebeziumOptions, connect: Any, field: str
+) -> dict[str, Any] | None:
+    if schema is not None:
+        return {c.column: c.decode for c in table_codecs(schema, options)}
+    if connect is None:
+        return None
+    members = connect.get("fields") if isinstance(connect, dict) else None
+    for member in members if isinstance(members, list) else []:
+        if isinstance(member, dict) and member.get("field") == field:
+            return _struct_decoders(member, f"schema.{field}")
+    raise DebeziumFormatError(f"schema: the envelope schema has no {field!r} struct",
+                              field="schema")
+
+
+def _struct_decoders(struct: Any, path: str) -> dict[str, Any]:
+    members = struct.get("fields") if isinstance(struct, dict) else None
+    if not isinstance(members, list) or not all(
+            isinstance(m, dict) and isinstance(m.get("field"), str) for m in members):
+        raise _bad(f"{path}.fields", "a list of named field schemas", members)
+    return {m["field"]: decoder_for_schema(m) for m in members}
+
+
+def _decode_row(
+    row: Any, decoders: dict[str, Any] | None, path: str, table: TableId
+) -> dict[str, Any]:
+    if not isinstance(row, dict):
+        raise _bad(path, "an object", row)
+    if decoders is None:
+        return row
+    out: dict[str, Any] = {}
+    for name, decode in decoders.items():
+        if name not in row:
+            raise _bad(f"{path}.{name}", "", None, missing=True)
+        x = row[name]
+        try:
+            out[name] = None if x is None else decode(x)
+        except values.BadValue as exc:
+            raise _bad(f"{path}.{name}", exc.expected, x) from None
+    if len(row) != len(out):
+        extra = sorted(set(row) - set(out))[0]
+        raise DebeziumFormatError(f"{path}.{extra}: {table} has no such column", field=extra)
+    return out
+
+
+def _check_images(op: str, before: Row | None, after: Row | None, path: str) -> None:
+    if op in ("c", "r", "u") and after is None:
+        raise DebeziumFormatError(f"{path}after: op {op!r} needs an after image, got null",
+                                  field=f"{path}after")
+    if op in ("u", "d") and before is None:
+        raise DebeziumFormatError(
+            f"{path}before: op {op!r} needs a before image, got null (MySQL: binlog_row_image "
+            "must be FULL)", field=f"{path}before")

@@ -1,0 +1,375 @@
+"""Debezium's Kafka Connect schemas: each MySQL column as a field schema plus its converters,
+and the key, value (``Envelope``) and ``source`` struct schemas built from them.
+
+One table, :data:`_SPECS`, maps a column's ``data_type`` to a :class:`Spec` (Connect type, schema
+name, version, parameters, encoder, decoder), following the Debezium MySQL connector's defaults
+(``decimal.handling.mode=precise``, ``time.precision.mode=adaptive_time_microseconds``,
+``binary.handling.mode=bytes``) and the choices :class:`DebeziumOptions` exposes.
+
+Two deliberate differences from Debezium's defaults, both because of our Arrow types:
+
+* ``BIGINT UNSIGNED`` defaults to ``bigint.unsigned.handling.mode=precise`` (Connect ``Decimal``,
+  scale 0), not Debezium's ``long``: our Arrow type is ``decimal(20,0)``, and ``long`` wraps values
+  above 2**63-1 to negative numbers. ``long`` is an option (and decodes back).
+* ``TINYINT(1)`` is a Connect ``boolean`` (our Arrow type is bool), as Debezium's
+  ``TinyIntOneToBooleanConverter`` makes it; decoding accepts 0/1 integers too.
+
+Schema names are not adjusted (Debezium's ``schema.name.adjustment.mode=none``, its default since
+2.0). Column default values (Connect ``default``) are not produced.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from decimal import Decimal
+from functools import lru_cache
+from typing import Any, Literal, NamedTuple
+
+from pydantic import BaseModel, ConfigDict
+
+from cdc.model.debezium import values as v
+from cdc.model.schema import BINARY_TYPES, MAX_ARROW_DECIMAL_PRECISION, Column, TableSchema
+
+Converter = v.Converter
+
+
+class DebeziumOptions(BaseModel):
+    """The Debezium connector properties that change how values are encoded.
+
+    Attributes:
+        decimal_handling_mode: ``decimal.handling.mode``: precise (Connect Decimal: base64 of the
+            unscaled two's-complement integer), string, or double (lossy).
+        time_precision_mode: ``time.precision.mode``: adaptive_time_microseconds (Debezium's MySQL
+            default) or connect (Kafka Connect logical types: milliseconds, lossy).
+        bigint_unsigned_handling_mode: ``bigint.unsigned.handling.mode``: precise (our default,
+            see the module docstring) or long (Debezium's default; values above 2**63-1 wrap).
+        binary_handling_mode: ``binary.handling.mode``: bytes (Debezium's default; base64 in
+            JSON), base64, base64-url-safe or hex (Connect strings).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    decimal_handling_mode: Literal["precise", "string", "double"] = "precise"
+    time_precision_mode: Literal["adaptive_time_microseconds", "connect"] = (
+        "adaptive_time_microseconds"
+    )
+    bigint_unsigned_handling_mode: Literal["precise", "long"] = "precise"
+    binary_handling_mode: Literal["bytes", "base64", "base64-url-safe", "hex"] = "bytes"
+
+
+DEFAULT_OPTIONS = DebeziumOptions()
+
+
+class Spec(NamedTuple):
+    """How one column travels: Connect type, schema name/version/parameters, converters."""
+
+    connect_type: str
+    encode: Converter
+    decode: Converter
+    name: str | None = None
+    version: int | None = None
+    parameters: dict[str, str] | None = None
+    fields: tuple[dict[str, Any], ...] | None = None  # struct members (spatial types)
+    doc: str | None = None
+
+
+class FieldCodec(NamedTuple):
+    """A column's Connect field schema (JSON-ready) and its value converters."""
+
+    column: str
+    schema: dict[str, Any]
+    encode: Converter
+    decode: Converter
+
+
+def field_schema(spec: Spec, *, field: str | None, optional: bool) -> dict[str, Any]:
+    """A Connect JSON field schema, keys in the order Kafka's JsonConverter writes them."""
+    out: dict[str, Any] = {"type": spec.connect_type}
+    if spec.fields is not None:
+        out["fields"] = list(spec.fields)
+    out["optional"] = optional
+    for key in ("name", "version", "doc", "parameters"):
+        if getattr(spec, key) is not None:
+            out[key] = getattr(spec, key)
+    if field is not None:
+        out["field"] = field
+    return out
+
+
+def spec_for(column: Column, options: DebeziumOptions) -> Spec:
+    """Look the column's data type up in :data:`_SPECS` (bytes or string when unknown)."""
+    build = _SPECS.get(column.data_type)
+    if build is None:
+        build = _binary if column.data_type in BINARY_TYPES else _string
+    return build(column, options)
+
+
+@lru_cache(maxsize=256)
+def table_codecs(schema: TableSchema, options: DebeziumOptions) -> tuple[FieldCodec, ...]:
+    """The codecs of a table's columns, in column order (cached per schema and options)."""
+    return tuple(
+        FieldCodec(c.name, field_schema(s, field=c.name, optional=c.nullable), s.encode, s.decode)
+        for c in schema.columns
+        for s in (spec_for(c, options),)
+    )
+
+
+@lru_cache(maxsize=256)
+def key_codecs(schema: TableSchema, options: DebeziumOptions) -> tuple[FieldCodec, ...]:
+    """The codecs of the primary-key columns, in key order (never optional)."""
+    by_name = {c.column: c for c in table_codecs(schema, options)}
+    return tuple(
+        by_name[name]._replace(schema={**by_name[name].schema, "optional": False})
+        for name in (schema.column(n).name for n in schema.primary_key)
+    )
+
+
+# --- the column table ------------------------------------------------------------------------
+
+
+def _plain(connect_type: str, name: str | None = None) -> Callable[[Column, DebeziumOptions], Spec]:
+    decode = {"float": v.dec_float, "double": v.dec_float, "string": v.dec_str}.get(
+        connect_type, v.dec_int
+    )
+    return lambda c, o: Spec(connect_type, v.same, decode, name, 1 if name else None)
+
+
+def _signed_or_wider(signed: str, unsigned: str) -> Callable[[Column, DebeziumOptions], Spec]:
+    return lambda c, o: Spec(unsigned if c.unsigned else signed, v.same, v.dec_int)
+
+
+def _tinyint(c: Column, o: DebeziumOptions) -> Spec:
+    return Spec("int16", v.same, v.dec_int)  # Debezium: TINYINT -> INT16, signed or not
+
+
+_TWO_64 = 1 << 64
+
+
+def _bigint(c: Column, o: DebeziumOptions) -> Spec:
+    if not c.unsigned:
+        return Spec("int64", v.same, v.dec_int)
+    if o.bigint_unsigned_handling_mode == "long":  # Java long: wraps above 2**63-1
+        return Spec("int64", lambda x: int(x) - _TWO_64 if x >= _TWO_64 >> 1 else int(x),
+                    lambda x: n + _TWO_64 if (n := v.dec_int(x)) < 0 else n)
+    return _decimal_spec(20, 0, "precise", text=False)._replace(
+        decode=lambda x: int(v.decimal_from_b64(x, 0)))
+
+
+def _decimal_spec(precision: int, scale: int, mode: str, *, text: bool) -> Spec:
+    """``text``: our Python value is a str (a DECIMAL wider than Arrow's 38 digits)."""
+    out: Converter = v.plain if text else v.same
+    if mode == "string":
+        return Spec("string", lambda x: v.plain(Decimal(x)),
+                    lambda x: out(v.decimal_from_text(x)))
+    if mode == "double":
+        return Spec("double", lambda x: float(Decimal(x)),
+                    lambda x: out(v.decimal_from_text(x)))
+    return Spec("bytes", lambda x: v.b64(v.unscaled_bytes(x, scale)),
+                lambda x: out(v.decimal_from_b64(x, scale)),
+                "org.apache.kafka.connect.data.Decimal", 1,
+                {"scale": str(scale), "connect.decimal.precision": str(precision)})
+
+
+def _decimal(c: Column, o: DebeziumOptions) -> Spec:
+    precision, scale = c.precision or 10, c.scale or 0
+    text = precision > MAX_ARROW_DECIMAL_PRECISION
+    return _decimal_spec(precision, scale, o.decimal_handling_mode, text=text)
+
+
+def _date(c: Column, o: DebeziumOptions) -> Spec:
+    connect = o.time_precision_mode == "connect"
+    name = "org.apache.kafka.connect.data.Date" if connect else "io.debezium.time.Date"
+    return Spec("int32", v.enc_date, v.dec_date, name, 1)
+
+
+def _datetime(c: Column, o: DebeziumOptions) -> Spec:
+    if o.time_precision_mode == "connect":
+        return Spec("int64", v.enc_millis, v.dec_millis,
+                    "org.apache.kafka.connect.data.Timestamp", 1)
+    if (c.datetime_precision or 0) <= 3:
+        return Spec("int64", v.enc_millis, v.dec_millis, "io.debezium.time.Timestamp", 1)
+    return Spec("int64", v.enc_micros, v.dec_micros, "io.debezium.time.MicroTimestamp", 1)
+
+
+def _time(c: Column, o: DebeziumOptions) -> Spec:
+    if o.time_precision_mode == "connect":
+        return Spec("int32", v.enc_time_millis, v.dec_time_millis,
+                    "org.apache.kafka.connect.data.Time", 1)
+    return Spec("int64", lambda x: x // v.US, v.dec_time_micros, "io.debezium.time.MicroTime", 1)
+
+
+def _timestamp(c: Column, o: DebeziumOptions) -> Spec:
+    fsp = c.datetime_precision or 0
+    return Spec("string", lambda x: v.zoned_timestamp(x, fsp), v.parse_zoned_timestamp,
+                "io.debezium.time.ZonedTimestamp", 1)
+
+
+def _bit(c: Column, o: DebeziumOptions) -> Spec:
+    m = re.match(r"bit\((\d+)\)", c.column_type)
+    n = int(m.group(1)) if m else 1
+    if n == 1:
+        return Spec("boolean", any, lambda x: b"\x01" if v.dec_bool(x) else b"\x00")
+    encode, decode = v.bits_codec(n)
+    return Spec("bytes", encode, decode, "io.debezium.data.Bits", 1, {"length": str(n)})
+
+
+_QUOTED = re.compile(r"'((?:[^']|'')*)'")
+
+
+def allowed_values(column_type: str) -> str:
+    """The ``allowed`` parameter of an ENUM or SET: its members, comma-separated."""
+    return ",".join(m.replace("''", "'") for m in _QUOTED.findall(column_type))
+
+
+def _enum(c: Column, o: DebeziumOptions) -> Spec:
+    name = "io.debezium.data.EnumSet" if c.data_type == "set" else "io.debezium.data.Enum"
+    return Spec("string", v.same, v.dec_str, name, 1, {"allowed": allowed_values(c.column_type)})
+
+
+def _string(c: Column, o: DebeziumOptions) -> Spec:
+    return Spec("string", v.same, v.dec_str)
+
+
+def _binary(c: Column, o: DebeziumOptions) -> Spec:
+    connect_type, encode, decode = v.BINARY_MODES[o.binary_handling_mode]
+    return Spec(connect_type, encode, decode)
+
+
+_POINT_FIELDS = ({"type": "double", "optional": False, "field": "x"},
+                 {"type": "double", "optional": False, "field": "y"},
+                 {"type": "bytes", "optional": True, "field": "wkb"},
+                 {"type": "int32", "optional": True, "field": "srid"})
+_GEOMETRY_FIELDS = ({"type": "bytes", "optional": False, "field": "wkb"},
+                    {"type": "int32", "optional": True, "field": "srid"},
+                    {"type": "map", "keys": {"type": "string", "optional": False},
+                     "values": {"type": "string", "optional": False}, "optional": True,
+                     "field": "extensions"})
+
+
+def _spatial(c: Column, o: DebeziumOptions) -> Spec:
+    if c.data_type == "point":
+        return Spec("struct", v.enc_point, v.dec_spatial, "io.debezium.data.geometry.Point", 1,
+                    fields=_POINT_FIELDS, doc="Geometry (POINT)")
+    return Spec("struct", v.enc_geometry, v.dec_spatial, "io.debezium.data.geometry.Geometry", 2,
+                fields=_GEOMETRY_FIELDS, doc="Geometry")
+
+
+_SPATIAL = ("geometry", "point", "linestring", "polygon", "multipoint", "multilinestring",
+            "multipolygon", "geometrycollection")
+
+_SPECS: dict[str, Callable[[Column, DebeziumOptions], Spec]] = {
+    "tinyint": _tinyint,
+    "smallint": _signed_or_wider("int16", "int32"),
+    "mediumint": _plain("int32"),
+    "int": _signed_or_wider("int32", "int64"),
+    "integer": _signed_or_wider("int32", "int64"),
+    "bigint": _bigint,
+    "float": _plain("float"),
+    "double": _plain("double"),
+    "real": _plain("double"),
+    "decimal": _decimal,
+    "numeric": _decimal,
+    "date": _date,
+    "datetime": _datetime,
+    "timestamp": _timestamp,
+    "time": _time,
+    "year": _plain("int32", "io.debezium.time.Year"),
+    "bit": _bit,
+    "enum": _enum,
+    "set": _enum,
+    "json": _plain("string", "io.debezium.data.Json"),
+    **dict.fromkeys(_SPATIAL, _spatial),
+}
+
+
+# --- key, value (Envelope) and source struct schemas ------------------------------------------
+
+# The source block, in Debezium's order: (field, Connect type, optional).
+SOURCE_FIELDS: tuple[tuple[str, str, bool], ...] = (
+    ("version", "string", False), ("connector", "string", False), ("name", "string", False),
+    ("ts_ms", "int64", False), ("snapshot", "string", True), ("db", "string", False),
+    ("sequence", "string", True), ("ts_us", "int64", True), ("ts_ns", "int64", True),
+    ("table", "string", True), ("server_id", "int64", False), ("gtid", "string", True),
+    ("file", "string", False), ("pos", "int64", False), ("row", "int32", False),
+    ("thread", "int64", True), ("query", "string", True),
+)
+# io.debezium.connector.SnapshotRecord, lower-cased (Debezium 2.x/3.x).
+SNAPSHOT_VALUES = ("true", "first", "first_in_data_collection", "last_in_data_collection",
+                   "last", "false", "incremental")
+_SNAPSHOT_FIELD = {"type": "string", "optional": True, "name": "io.debezium.data.Enum",
+                   "version": 1, "parameters": {"allowed": ",".join(SNAPSHOT_VALUES)},
+                   "default": "false", "field": "snapshot"}
+_TRANSACTION_FIELD = {"type": "struct", "fields": [
+    {"type": "string", "optional": False, "field": "id"},
+    {"type": "int64", "optional": False, "field": "total_order"},
+    {"type": "int64", "optional": False, "field": "data_collection_order"},
+], "optional": True, "name": "event.block", "version": 1, "field": "transaction"}
+
+
+def source_schema(connector: str) -> dict[str, Any]:
+    """The ``source`` struct schema (``io.debezium.connector.<connector>.Source``)."""
+    fields = [_SNAPSHOT_FIELD if name == "snapshot" else
+              {"type": kind, "optional": optional, "field": name}
+              for name, kind, optional in SOURCE_FIELDS]
+    return {"type": "struct", "fields": fields, "optional": False,
+            "name": f"io.debezium.connector.{connector}.Source", "version": 1, "field": "source"}
+
+
+def _prefix(server: str, schema: TableSchema) -> str:
+    return f"{server}.{schema.table_id.db}.{schema.table_id.table}"
+
+
+def key_schema(schema: TableSchema, options: DebeziumOptions, server: str) -> dict[str, Any]:
+    """The key struct schema, ``<server>.<db>.<table>.Key``."""
+    return {"type": "struct", "fields": [c.schema for c in key_codecs(schema, options)],
+            "optional": False, "name": f"{_prefix(server, schema)}.Key"}
+
+
+def envelope_schema(
+    schema: TableSchema, options: DebeziumOptions, server: str, connector: str
+) -> dict[str, Any]:
+    """The value schema: ``<server>.<db>.<table>.Envelope`` with before/after/source/op/ts."""
+    row = {"type": "struct", "fields": [c.schema for c in table_codecs(schema, options)],
+           "optional": True, "name": f"{_prefix(server, schema)}.Value"}
+    ts = [{"type": "int64", "optional": True, "field": f} for f in ("ts_ms", "ts_us", "ts_ns")]
+    fields = [{**row, "field": "before"}, {**row, "field": "after"}, source_schema(connector),
+              {"type": "string", "optional": False, "field": "op"}, *ts, _TRANSACTION_FIELD]
+    return {"type": "struct", "fields": fields, "optional": False,
+            "name": f"{_prefix(server, schema)}.Envelope", "version": 2}
+
+
+# --- decoding by an embedded Connect schema (no TableSchema at hand) --------------------------
+
+_BY_NAME: dict[str, Converter] = {
+    "io.debezium.time.Date": v.dec_date,
+    "org.apache.kafka.connect.data.Date": v.dec_date,
+    "io.debezium.time.Timestamp": v.dec_millis,
+    "org.apache.kafka.connect.data.Timestamp": v.dec_millis,
+    "io.debezium.time.MicroTimestamp": v.dec_micros,
+    "io.debezium.time.ZonedTimestamp": v.parse_zoned_timestamp,
+    "io.debezium.time.MicroTime": v.dec_time_micros,
+    "org.apache.kafka.connect.data.Time": v.dec_time_millis,
+    "io.debezium.data.geometry.Point": v.dec_spatial,
+    "io.debezium.data.geometry.Geometry": v.dec_spatial,
+}
+_BY_TYPE: dict[str, Converter] = {
+    "int8": v.dec_int, "int16": v.dec_int, "int32": v.dec_int, "int64": v.dec_int,
+    "float": v.dec_float, "double": v.dec_float, "boolean": v.dec_bool,
+    "string": v.dec_str, "bytes": v.dec_b64,
+}
+
+
+def decoder_for_schema(schema: dict[str, Any]) -> Converter:
+    """A value decoder chosen by a Connect field schema's name, then by its type.
+
+    Decimals come back as :class:`~decimal.Decimal` (BIGINT UNSIGNED too: the schema cannot tell
+    it from a DECIMAL(20,0)); types it does not know come back as raw JSON values.
+    """
+    name, params = schema.get("name"), schema.get("parameters") or {}
+    if name == "org.apache.kafka.connect.data.Decimal":
+        scale = int(params.get("scale", 0))
+        return lambda x: v.decimal_from_b64(x, scale)
+    if name == "io.debezium.data.Bits":
+        return v.bits_codec(int(params.get("length", 8)))[1]
+    return _BY_NAME.get(name or "") or _BY_TYPE.get(schema.get("type", ""), v.same)
