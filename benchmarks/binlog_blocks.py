@@ -36,10 +36,11 @@ import pyarrow as pa
 from tpcds import CustomerTable, customer_sandbox
 
 from binlog.mysql.change_rows import block_envelope
+from binlog.mysql.positions import BinlogOffset
 from binlog.mysql.reader import BinlogReaderConfig, MySqlBinlogReader, current_offset
+from binlog.mysql.types import load_table_schema
 from cdc.model.envelope import change_envelope, split_key_changes
-from cdc.model.positions import BinlogOffset
-from cdc.model.schema import TableId, TableSchema, load_table_schema
+from cdc.model.schema import TableId, TableSchema
 
 STATEMENT_ROWS = 1000
 

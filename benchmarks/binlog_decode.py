@@ -28,9 +28,9 @@ from typing import Any
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import UpdateRowsEvent
 
+from binlog.mysql.positions import BinlogOffset
 from binlog.mysql.reader import BinlogReaderConfig, MySqlBinlogReader, current_offset
 from cdc.app.sandbox.mysql import MariaDbSandbox, Sandbox
-from cdc.model.positions import BinlogOffset
 from cdc.model.schema import TableId
 
 DDL = """

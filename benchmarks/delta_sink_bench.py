@@ -19,22 +19,24 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable, write_deltalake
 
-from cdc.model.schema import Column, TableId, TableSchema
+from binlog.mysql.types import mysql_column, mysql_table
+from cdc.model.schema import TableId
 from sinks.changes import change_schema, mirror_changes, mirror_schema, normalize
+from sinks.delta.config import DeltaSinkConfig
+from sinks.delta.engines import DeltaTables
 from sinks.delta.files import commit_snapshot_files, write_snapshot_files
-from sinks.delta.sink import DeltaSink, DeltaSinkConfig
 
-SCHEMA = TableSchema(
+SCHEMA = mysql_table(
     TableId("bench", "orders"),
     (
-        Column("id", "bigint", "bigint", False),
-        Column("customer", "int", "int", True),
-        Column("status", "varchar", "varchar(20)", True),
-        Column("amount", "decimal", "decimal(12,2)", True, precision=12, scale=2),
-        Column("weight", "double", "double", True),
-        Column("created", "datetime", "datetime(6)", True),
-        Column("updated", "timestamp", "timestamp(6)", True),
-        Column("note", "text", "text", True),
+        mysql_column("id", "bigint", "bigint", False),
+        mysql_column("customer", "int", "int", True),
+        mysql_column("status", "varchar", "varchar(20)", True),
+        mysql_column("amount", "decimal", "decimal(12,2)", True, precision=12, scale=2),
+        mysql_column("weight", "double", "double", True),
+        mysql_column("created", "datetime", "datetime(6)", True),
+        mysql_column("updated", "timestamp", "timestamp(6)", True),
+        mysql_column("note", "text", "text", True),
     ),
     ("id",),
 )
@@ -108,10 +110,10 @@ def run(root: str, total: int, size: int) -> None:
     ids = pa.array(range(total), pa.int64())
     snapshot = change_batch("r", ids, 0)
     config = DeltaSinkConfig(path=root, engine="delta-rs")
-    sink = DeltaSink(config, "bench")
+    sink = DeltaTables(config, "bench")
     t_append = timed("snapshot: write_batch(snapshot_append=True)", total,
                      lambda: sink.write_mirror(SCHEMA, snapshot, 0, snapshot_append=True))
-    other = TableSchema(TableId("bench", "orders_bulk"), SCHEMA.columns, SCHEMA.primary_key)
+    other = mysql_table(TableId("bench", "orders_bulk"), SCHEMA.columns, SCHEMA.primary_key)
     chunks = [snapshot.slice(i, size) for i in range(0, total, size)]
     staged: list[Any] = []
 
@@ -122,8 +124,8 @@ def run(root: str, total: int, size: int) -> None:
     t_files = timed("snapshot: write_snapshot_files (executor side, all chunks)", total, stage_all)
     timed("snapshot: commit_snapshot_files (driver, one commit/table)", total,
           lambda: commit_snapshot_files(config, other, staged, "bench", 0))
-    merge_sink = DeltaSink(config, "bench-merge")
-    merged = TableSchema(TableId("bench", "orders_merged"), SCHEMA.columns, SCHEMA.primary_key)
+    merge_sink = DeltaTables(config, "bench-merge")
+    merged = mysql_table(TableId("bench", "orders_merged"), SCHEMA.columns, SCHEMA.primary_key)
     t_merge_r = timed("snapshot: MERGE of r rows into an empty mirror", total,
                       lambda: merge_sink.write_mirror(merged, snapshot, 0))
 

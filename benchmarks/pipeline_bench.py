@@ -7,7 +7,7 @@ samples the peak RSS of every process in the child's tree (:class:`ChildPhase`).
 The child reads a JSON spec on stdin (so no password reaches a command line), prints events as
 lines ``@@ {json}`` on stdout and ends with a ``result`` event. Phase kinds:
 
-* ``pipeline``: the real job (``mysql-cdc`` source, :class:`cdc.spark.batch.BatchWriter`, Delta sink), as
+* ``pipeline``: the real job (``mysql-cdc`` source, :class:`cdc.spark.commit.BatchCommitter`, Delta sink), as
   tests/pipeline.py wires it; ``trigger`` is ``available-now`` or a processing-time interval
   (``200 milliseconds``), stopped by SIGTERM. A ``batch`` event follows every committed batch,
   with the time the driver spent committing snapshot files and writing change batches.
@@ -85,7 +85,7 @@ class _Timed:
 
 
 DRIVER_STEPS = {  # label -> (file suffix, function) whose cumulative time the profile reports
-    "foreachBatch": ("cdc/job.py", "__call__"),
+    "foreachBatch": ("cdc/spark/commit.py", "__call__"),
     "batch toArrow (source tasks incl. snapshot files)": ("sql/classic/dataframe.py", "toArrow"),
 }
 
@@ -95,20 +95,28 @@ def pipeline_phase(spec: dict[str, Any]) -> dict[str, Any]:
 
     With ``sink: noop`` the stream goes to Spark's ``noop`` sink instead: the source alone.
     """
-    import cdc.spark.batch
-    from cdc.spark.batch import BatchWriter
+    import sinks.delta.sink
+    from cdc.app.config import parse_config
+    from cdc.app.runner import JobRunner
+    from cdc.spark.commit import BatchCommitter
     from cdc.spark.session import local_session
-    from cdc.spark.source import MySqlCdcDataSource
-    from sinks.delta.sink import DeltaSink, DeltaSinkConfig
+    from cdc.spark.source import SourceSpec, bound_source
 
     spark = local_session("spark-cdc-bench", parallelism=spec["parallelism"],
                           **{"spark.sql.streaming.numRecentProgressUpdates": "1000"})
-    spark.dataSource.register(MySqlCdcDataSource)
-    options = spec["options"]
-    sink = DeltaSink(DeltaSinkConfig(path=spec["lake"]), query_id=spec["query_id"])
-    sink_write = sink.write_batch = _Timed(sink.write_batch)  # type: ignore[method-assign]
-    commit = cdc.spark.batch.commit_snapshot_files = _Timed(cdc.spark.batch.commit_snapshot_files)
-    writer = BatchWriter(MySqlCdcDataSource(options).table_schemas(), sink)
+    config = parse_config({"source": spec["source"], "sink": {"type": "delta", "path": spec["lake"]},
+                           "checkpoint": spec["checkpoint"], "state_dir": spec["state_dir"],
+                           "parallelism": spec["parallelism"]}, warn_plain_password=False)
+    runner = JobRunner(config, spark)
+    schemas = runner.check()
+    noop = spec.get("sink") == "noop"
+    opened = [] if noop else runner.open_sinks(spec["query_id"], spark, schemas)
+    commit = sinks.delta.sink.commit_snapshot_files = _Timed(sinks.delta.sink.commit_snapshot_files)
+    sink_write = sinks.delta.sink.commit_change_files = _Timed(sinks.delta.sink.commit_change_files)
+    writer = BatchCommitter(schemas, opened)
+    source = bound_source(SourceSpec(runner.dialect, spec["state_dir"], spec["parallelism"],
+                                     tuple(s.writer() for s in opened)))
+    spark.dataSource.register(source)
     prof = cProfile.Profile()
 
     def write(df: Any, batch_id: int) -> None:
@@ -123,10 +131,8 @@ def pipeline_phase(spec: dict[str, Any]) -> dict[str, Any]:
              snapshot_rows=r.snapshot_rows, change_rows=r.change_rows,
              commit_s=commit.seconds - before[0], sink_s=sink_write.seconds - before[1])
 
-    if spec.get("sink") != "noop":
-        options = {**options, **writer.source_options()}
-    df = spark.readStream.format("mysql-cdc").options(**options).load()
-    stream = (df.writeStream.format("noop") if spec.get("sink") == "noop" else df.writeStream.foreachBatch(write))
+    df = spark.readStream.format(source.name()).load()
+    stream = (df.writeStream.format("noop") if noop else df.writeStream.foreachBatch(write))
     stream = stream.option("checkpointLocation", spec["checkpoint"])
     trigger = spec["trigger"]
     stream = stream.trigger(availableNow=True) if trigger == "available-now" else stream.trigger(
@@ -198,7 +204,8 @@ def single_phase(spec: dict[str, Any]) -> dict[str, Any]:
 
     from binlog.mysql.connection import ConnectionSettings
     from binlog.mysql.fetch import choose_backend, fetch_arrow
-    from cdc.model.schema import TableId, load_table_schema, quote_ident
+    from binlog.mysql.types import load_table_schema, quote_ident
+    from cdc.model.schema import TableId
     from sinks.changes import mirror_schema
 
     cdc = ConnectionSettings(**spec["cdc"])
@@ -243,42 +250,45 @@ def jdbc_phase(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def decompose_phase(spec: dict[str, Any]) -> dict[str, Any]:
-    """The executor-side work of some chunks without Spark: stage, then emit (with the snapshot
-    hand-off, so emitting includes writing the mirror and changelog Parquet files)."""
-    from binlog.mysql.reader import current_offset
-    from cdc.spark.source import MySqlCdcDataSource
-    from cdc.spark.tasks import CdcPartition, EmitItem, StageItem, run_partition
-    from sinks.delta.files import handoff_options
-    from sinks.delta.sink import DeltaSinkConfig
+    """The executor-side work of some chunks without Spark: stage, then emit (with the Delta
+    sink's writer, so emitting includes writing the mirror and changelog Parquet files)."""
+    from binlog.registry import create_dialect, source_configs
+    from cdc.model.config import parse_section
+    from cdc.spark.layout import MANIFEST_COLUMN
+    from cdc.spark.source import SourceSpec, bound_source
+    from cdc.spark.tasks import CdcPartition, EmitChunk, StageChunk, run_partition
+    from sinks.delta.config import DeltaSinkConfig
+    from sinks.delta.files import DeltaFileWriter
 
-    options = {**spec["options"], **handoff_options(DeltaSinkConfig(path=spec["lake"]))}
-    source = MySqlCdcDataSource(options)
+    dialect = create_dialect(parse_section(source_configs()["mysql"], spec["source"], "source"))
+    writer = DeltaFileWriter(DeltaSinkConfig(path=spec["lake"]))
+    source = bound_source(SourceSpec(dialect, spec["state_dir"], 1, (writer,)))({})
     reader: Any = source.streamReader(None)
     ctx, schemas = reader.context, source.table_schemas()
-    _warm_up(ctx.settings, next(iter(schemas.values())))
+    _warm_up(dialect.settings, next(iter(schemas.values())))  # type: ignore[attr-defined]
     planned = reader.latestOffset(reader.initialOffset(), None)  # the warm-up batch: few chunks
     for _ in range(8):  # plans ramp up to chunks_per_batch; only the last plan's chunks are run
         planned = reader.latestOffset(planned, None)
-        if sum(hi - lo for lo, hi in planned["stage"].values()) >= int(options["chunks_per_batch"]):
+        if sum(hi - lo for lo, hi in planned["stage"].values()) >= int(spec["source"]["chunks_per_batch"]):
             break
     chunks = [(t, i) for t, (lo, hi) in planned["stage"].items() for i in range(lo, hi)]
-    server_id = reader.server_ids[1]
+    reader_id = dialect.reader_ids()[1]
     seconds, rows, prof = {"stage": 0.0, "emit (incl. Parquet)": 0.0}, 0, cProfile.Profile()
     emit("ready")
     prof.enable()
     began = time.perf_counter()
     for t, i in chunks:
-        list(run_partition(CdcPartition(0, server_id, [StageItem(t, i)], None, 0), ctx))  # type: ignore[arg-type]
+        list(run_partition(CdcPartition(0, reader_id, [StageChunk(t, i)], None, 0), ctx))  # type: ignore[arg-type]
     seconds["stage"] = time.perf_counter() - began
-    with contextlib.closing(ctx.settings.connect()) as conn:
-        hw = current_offset(conn)
+    with contextlib.closing(dialect.connect()) as conn:
+        hw = dialect.current_offset(conn)
     began = time.perf_counter()
-    part = CdcPartition(0, server_id, [EmitItem(t, i) for t, i in chunks], hw, int(time.time() * 1000))
+    part = CdcPartition(0, reader_id, [EmitChunk(t, i) for t, i in chunks], hw, int(time.time() * 1000))
     manifests = pa.Table.from_batches(list(run_partition(part, ctx)))
     seconds["emit (incl. Parquet)"] = time.perf_counter() - began
     prof.disable()
-    for text in manifests["snapshot_files"].to_pylist():
-        rows += sum(f["num_records"] for f in json.loads(text) if f["kind"] == "mirror")
+    for text in manifests[MANIFEST_COLUMN].to_pylist():
+        rows += sum(s["rows"] for s in json.loads(text))
     reader.stop()
     return {"chunks": len(chunks), "rows": rows, "seconds": seconds,
             "profile_tottime": top_functions(prof, "tottime", 15),
@@ -287,16 +297,17 @@ def decompose_phase(spec: dict[str, Any]) -> dict[str, Any]:
 
 def binlog_phase(spec: dict[str, Any]) -> dict[str, Any]:
     """The stream task's work without Spark: read a binlog slice as change blocks, build the
-    change rows column-wise, write them as changelog files (as cdc/tasks.py does with the job's
-    hand-off)."""
+    change rows column-wise, write them as changelog files (as cdc/spark/tasks.py does with the
+    Delta sink)."""
     from binlog.mysql.change_rows import block_envelope
     from binlog.mysql.connection import ConnectionSettings
+    from binlog.mysql.dialect import STREAM_ROWS
+    from binlog.mysql.positions import BinlogOffset
     from binlog.mysql.reader import BinlogReaderConfig, MySqlBinlogReader
-    from cdc.model.positions import BinlogOffset
-    from cdc.model.schema import TableId, load_table_schema
-    from cdc.spark.tasks import STREAM_ROWS
+    from binlog.mysql.types import load_table_schema
+    from cdc.model.schema import TableId
+    from sinks.delta.config import DeltaSinkConfig
     from sinks.delta.files import write_change_files
-    from sinks.delta.sink import DeltaSinkConfig
 
     cdc = ConnectionSettings(**spec["cdc"])
     table = TableId(spec["database"], spec["table"])

@@ -32,7 +32,8 @@ from tpcds import CustomerTable, customer_sandbox
 from binlog.mysql.arrow_columns import column_reads
 from binlog.mysql.connection import ConnectionSettings
 from binlog.mysql.fetch import BackendName, available_backends, fetch_arrow, render_sql, select_sql
-from cdc.model.schema import TableId, TableSchema, load_table_schema
+from binlog.mysql.types import load_table_schema
+from cdc.model.schema import TableId, TableSchema
 
 KEY = "c_customer_sk"
 RANGE = f"`{KEY}` >= %s AND `{KEY}` < %s"

@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from binlog.mysql.connection import ConnectionSettings
+from binlog.mysql.types import quote_ident
 from cdc.app.sandbox.mysql import MariaDbSandbox, Sandbox
 from cdc.app.tpcds import (  # noqa: F401  (re-exported for the benchmark scripts)
     CUSTOMER_COLUMNS,
@@ -87,3 +91,41 @@ def customer_sandbox(scale: int) -> Iterator[CustomerTable]:
     finally:
         shutil.rmtree(work, ignore_errors=True)
         box.stop()
+
+
+class Writer(threading.Thread):
+    """Random single-row UPDATEs at about ``rate`` per second until stopped (or ``limit`` s)."""
+
+    def __init__(self, admin: ConnectionSettings, table: CustomerTable, rate: float,
+                 limit: float = 3600.0) -> None:
+        super().__init__(name="writer", daemon=True)
+        self.admin, self.table, self.rate, self.limit = admin, table, rate, limit
+        self.stopping = threading.Event()
+        self.updates = 0
+        self.seconds = 0.0
+        self.error: str | None = None
+
+    def run(self) -> None:
+        started = time.perf_counter()
+        try:
+            self._write(started)
+        except Exception as exc:  # reported with the counts; the readers go on
+            self.error = repr(exc)
+        self.seconds = time.perf_counter() - started
+
+    def _write(self, started: float) -> None:
+        sql = (f"UPDATE {quote_ident(self.table.table)} SET `c_last_review_date_sk` = "
+               "COALESCE(`c_last_review_date_sk`, 0) + 1 WHERE `c_customer_sk` = %s")
+        rng = random.Random(42)
+        with contextlib.closing(self.admin.connect(self.table.database)) as conn, \
+                conn.cursor() as cur:
+            while not self.stopping.is_set() and time.perf_counter() - started < self.limit:
+                cur.execute(sql, (rng.randint(1, self.table.rows),))
+                self.updates += 1
+                pause = started + self.updates / self.rate - time.perf_counter()
+                if pause > 0:
+                    self.stopping.wait(pause)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join()

@@ -69,10 +69,9 @@ from pathlib import Path
 from typing import Any, cast
 
 import deltalake
-from chunk_reader import Writer
 from pipeline_bench import ChildPhase, MarkerWriter, apply_burst, stop_when_caught_up, visibility
 from select_readers import raw_scan, timed
-from tpcds import CustomerTable, customer_rows, customer_sandbox
+from tpcds import CustomerTable, Writer, customer_rows, customer_sandbox
 
 from binlog.mysql.reader import current_offset
 
@@ -169,18 +168,19 @@ class Bench:
 
     # --- ours ----------------------------------------------------------------------------------
 
-    def options(self, job: Path, p: int, cpb: int, mode: str = "initial") -> dict[str, str]:
+    def source(self, p: int, cpb: int, mode: str = "initial") -> dict[str, Any]:
+        """The job file's ``source:`` for the benchmark table."""
         c, t = self.table.box.cdc, self.table
-        return {"hostname": c.host, "port": str(c.port), "username": c.user, "password": c.password,
-                "tables": f"{t.database}\\.{t.table}", "state_dir": str(job / "checkpoint_state"),
-                "parallelism": str(p), "chunk_size": str(self.args.chunk_size),
-                "chunks_per_batch": str(cpb), "server_id": SERVER_IDS, "startup_mode": mode}
+        return {"type": "mysql", "hostname": c.host, "port": c.port, "username": c.user, "password": c.password,
+                "tables": [f"{t.database}\\.{t.table}"], "chunk_size": self.args.chunk_size,
+                "chunks_per_batch": cpb, "server_id": SERVER_IDS, "startup_mode": mode}
 
     def pipeline_spec(self, job: Path, p: int, cpb: int, trigger: str = "available-now",
                       sink: str = "delta") -> dict[str, Any]:
-        return {"kind": "pipeline", "parallelism": p, "options": self.options(job, p, cpb),
-                "lake": str(job / "lake"), "checkpoint": str(job / "checkpoint"),
-                "query_id": job.name, "trigger": trigger, "sink": sink}
+        return {"kind": "pipeline", "parallelism": p, "source": self.source(p, cpb),
+                "state_dir": str(job / "checkpoint_state"), "lake": str(job / "lake"),
+                "checkpoint": str(job / "checkpoint"), "query_id": job.name, "trigger": trigger,
+                "sink": sink}
 
     def snapshot(self, p: int, cpb: int, write_rate: float = 0.0) -> Path:
         """One available-now run from nothing: the snapshot (plus the writes' changes)."""
@@ -226,8 +226,8 @@ class Bench:
     def decompose(self) -> None:
         """The executor-side work of some chunks, without Spark (what Spark adds is the rest)."""
         job = self.work / "decompose"
-        spec = {"kind": "decompose", "lake": str(job / "lake"),
-                "options": self.options(job, 1, self.args.decompose_chunks, mode="snapshot")}
+        spec = {"kind": "decompose", "lake": str(job / "lake"), "state_dir": str(job / "checkpoint_state"),
+                "source": self.source(1, self.args.decompose_chunks, mode="snapshot")}
         r = self.start("decompose", spec).wait()
         per_chunk = {k: round(1000 * v / r["chunks"], 1) for k, v in r["seconds"].items()}
         total = sum(r["seconds"].values())

@@ -2,7 +2,7 @@
 
 A :class:`SnapshotSplit` is a half-open key range ``[start, end)`` of one table; ``None`` means
 unbounded. The chunks of a table are contiguous: the first is ``(-inf, b1)`` and also holds
-the NULL keys (MySQL sorts NULL first), the last is ``[bn, +inf)``. Splits are small frozen
+the NULL keys (NULL sorts first), the last is ``[bn, +inf)``. Splits are small frozen
 values: they travel in Spark partitions (pickled) and in the state directory (as JSON).
 
 Boundary values are encoded as one-key objects (``{"int": "42"}``, ``{"bytes": "<base64>"}``)
@@ -14,15 +14,32 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from itertools import pairwise
-from typing import Any
+from typing import Any, Protocol
 
-from binlog.mysql.keys import KeyOrder, KeyValue, SortKey, range_predicate, sql_ident, sql_table
-from cdc.model.schema import TableId, TableSchema
+from cdc.model.schema import TableId
+
+KeyValue = Any  # int | Decimal | float | str | bytes | date | datetime | timedelta | None
+SortKey = tuple[Any, ...]
+
+
+class KeyOrder(Protocol):
+    """Maps key values of one column to sort keys whose Python order is the server's order.
+
+    A dialect builds one where it is used (collated string keys may need a connection): NULL
+    sorts first, ``(0,)``; other values are ``(1, x)``, so keys of one column are always mutually
+    comparable and hashable.
+    """
+
+    def sort_keys(self, values: Sequence[KeyValue]) -> list[SortKey]:
+        """Sort keys of many values (one server round trip at most, where one is needed)."""
+        ...
+
+    def bound_key(self, value: KeyValue) -> SortKey:
+        """The sort key of a chunk boundary (cached: boundaries are few and reused)."""
+        ...
 
 _ONE_MICRO = dt.timedelta(microseconds=1)
 
@@ -138,26 +155,6 @@ class SnapshotSplit:
         except KeyError as exc:
             raise ValueError(f"snapshot split {d!r} lacks field {exc.args[0]!r}") from None
 
-    def where_clause(self) -> tuple[str, tuple[Any, ...]]:
-        """The WHERE fragment selecting this chunk's rows, evaluated by the server.
-
-        Returns:
-            ``(sql, params)`` in pymysql's ``%s`` style; always pass ``params`` to ``execute``.
-        """
-        return range_predicate(self.key_column, self.start, self.end)
-
-    def select_sql(self, schema: TableSchema) -> tuple[str, tuple[Any, ...]]:
-        """``SELECT <all columns> FROM <table> WHERE <range>`` for this chunk (no ORDER BY).
-
-        Raises:
-            ValueError: ``schema`` describes another table.
-        """
-        if schema.table_id != self.table_id:
-            raise ValueError(f"schema of {schema.table_id} given for split {self.split_name}")
-        columns = ", ".join(sql_ident(c) for c in schema.column_names)
-        where, params = self.where_clause()
-        return f"SELECT {columns} FROM {sql_table(self.table_id)} WHERE {where}", params
-
     def contains(self, key: SortKey, order: KeyOrder) -> bool:
         """True when a key (a sort key from ``order``) lies in this chunk.
 
@@ -168,50 +165,3 @@ class SnapshotSplit:
         if self.end is None:
             return True
         return key < order.bound_key(self.end)
-
-
-class ChunkLocator:
-    """Finds the chunk of a key among contiguous chunks of one table (bisect on sort keys).
-
-    The chunks may be any contiguous run (e.g. the chunks emitted so far), not necessarily
-    the whole table; keys outside the run have no chunk.
-
-    Args:
-        splits: chunks of one table, in split_id order, each ending where the next starts.
-        order: the key ordering of the table's chunk key column.
-
-    Raises:
-        ValueError: the splits are not contiguous chunks of one table.
-    """
-
-    def __init__(self, splits: Sequence[SnapshotSplit], order: KeyOrder) -> None:
-        self.splits = list(splits)
-        self.order = order
-        _check_contiguous(self.splits)
-        bounds = [s.start for s in self.splits if s.start is not None]
-        tail = [] if not self.splits or self.splits[-1].end is None else [self.splits[-1].end]
-        keys = order.sort_keys(bounds + tail)
-        self._starts = keys[: len(bounds)]
-        self._end = keys[len(bounds)] if tail else None
-        self._open_start = bool(self.splits) and self.splits[0].start is None
-
-    def locate(self, key: SortKey) -> SnapshotSplit | None:
-        """The chunk holding a sort key, or None when the key is outside these chunks."""
-        if not self.splits or (self._end is not None and not key < self._end):
-            return None
-        i = bisect_right(self._starts, key)
-        if self._open_start:
-            return self.splits[i]
-        return self.splits[i - 1] if i > 0 else None
-
-    def locate_values(self, values: Sequence[KeyValue]) -> list[SnapshotSplit | None]:
-        """The chunk of each key value (collated strings: one weight query per batch)."""
-        return [self.locate(k) for k in self.order.sort_keys(values)]
-
-
-def _check_contiguous(splits: list[SnapshotSplit]) -> None:
-    for a, b in pairwise(splits):
-        if (a.table_id, a.key_column) != (b.table_id, b.key_column):
-            raise ValueError(f"splits {a.split_name} and {b.split_name} are of different tables/keys")
-        if b.split_id != a.split_id + 1 or a.end is None or a.end != b.start:
-            raise ValueError(f"splits {a.split_name} and {b.split_name} are not contiguous")

@@ -1,7 +1,8 @@
-"""The chunk splitter: cuts a table into key-range chunks, lazily (Flink CDC's MySqlChunkSplitter).
+"""The chunk splitter: cuts a table into key-range chunks, lazily (Flink CDC's ChunkSplitter).
 
-Runs on the driver, once per table, a few chunks at a time. It probes the chunk key's ``MIN``,
-``MAX`` and the approximate row count (``information_schema.TABLES.TABLE_ROWS``), then:
+Runs on the driver, once per table, a few chunks at a time, through the queries a dialect
+answers (:class:`SplitQueries`). It probes the chunk key's ``MIN``, ``MAX`` and the approximate
+row count, then:
 
 * **Even splitting** when the key is an integer or DECIMAL and the distribution factor
   ``(max - min + 1) / row_count`` lies in ``[distribution_factor_lower,
@@ -9,10 +10,10 @@ Runs on the driver, once per table, a few chunks at a time. It probes the chunk 
   ``step = factor * chunk_size`` (at least 1 for integers, at least one unit of the column's
   scale for DECIMAL, where Flink would force an integer step). No query per chunk.
 * **Uneven splitting** otherwise (strings, dates, sparse or skewed keys, unknown row count):
-  each chunk end is ``SELECT MAX(k) FROM (SELECT k FROM t WHERE k >= ? ORDER BY k LIMIT
-  chunk_size) T``; when that is the chunk's own start (one key value repeated more than
-  chunk_size times) the end is ``SELECT MIN(k) FROM t WHERE k > ?``. The same query returns
-  the row count and whether the end moved, both decided by the server (collation applies).
+  each chunk end is the largest of the next ``chunk_size`` keys from the chunk's start
+  (:meth:`SplitQueries.chunk_end`); when that is the chunk's own start (one key value repeated
+  more than chunk_size times) the end is the smallest key above it. The same query returns the
+  row count and whether the end moved, both decided by the server (collation applies).
   Where Flink stops when an end reaches the probed MAX, we stop when fewer than chunk_size rows
   remain, so rows appended during splitting are chunked too instead of swelling the last chunk.
 
@@ -27,22 +28,99 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from decimal import ROUND_FLOOR, Decimal, localcontext
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
-from binlog.mysql.keys import KeyValue, select_chunk_key, sql_ident, sql_param, sql_table
-from cdc.model.errors import ConfigError
+from cdc.model.errors import ConfigError, NoChunkKey
 from cdc.model.schema import Column, TableSchema
-from chunking.chunks import SnapshotSplit, decode_value, encode_value
+from chunking.chunks import KeyValue, SnapshotSplit, decode_value, encode_value
 
 log = logging.getLogger(__name__)
+
+_OPTION = "source.chunk_key_columns"
 
 Mode = Literal["even", "uneven"]
 MODES: tuple[Mode, ...] = ("even", "uneven")
 _PRECISION = 100  # DECIMAL(65, 30) arithmetic stays exact
 _LOG_EVERY_CHUNKS = 100
 _LOG_EVERY_SECONDS = 30.0
+
+
+class SplitQueries(Protocol):
+    """The queries that split one table, answered by the dialect (driver side).
+
+    Values are the chunk key's values as the database driver returns them; comparisons are the
+    server's (collations apply).
+    """
+
+    def key_range(self) -> tuple[KeyValue, KeyValue]:
+        """``MIN`` and ``MAX`` of the chunk key (None, None for an empty table)."""
+        ...
+
+    def approximate_rows(self) -> int:
+        """The catalog's row estimate (0 when unknown)."""
+        ...
+
+    def chunk_end(self, lower: KeyValue, size: int) -> tuple[KeyValue, int, bool]:
+        """The largest of the first ``size`` keys at or above ``lower``, how many keys that
+        was (at most ``size``), and whether that largest key is above ``lower``."""
+        ...
+
+    def next_key_above(self, lower: KeyValue) -> KeyValue:
+        """The smallest key above ``lower`` (None when there is none)."""
+        ...
+
+    def key_is_indexed(self) -> bool:
+        """True when an index starts with the chunk key (else every boundary query scans)."""
+        ...
+
+
+def select_chunk_key(schema: TableSchema, configured: str | None,
+                     chunkable: Callable[[Column], bool]) -> Column:
+    """The column to split a table on: the configured one, else the first primary-key column.
+
+    Args:
+        schema: the table.
+        configured: the ``source.chunk_key_columns`` entry for this table, if any.
+        chunkable: the dialect's test of whether a column's type can be range-split.
+
+    Raises:
+        ConfigError: the configured column does not exist or has a type that cannot be chunked.
+        NoChunkKey: no column is configured and the table has no (usable) primary key.
+    """
+    table = str(schema.table_id)
+    if configured is not None:
+        try:
+            column = schema.column(configured)
+        except KeyError:
+            raise ConfigError(
+                f"{_OPTION}[{table!r}]: table {table} has no column {configured!r} "
+                f"(columns: {', '.join(schema.column_names)})",
+                table=table, column=configured,
+            ) from None
+        if not chunkable(column):
+            raise ConfigError(
+                f"{_OPTION}[{table!r}]: column {column.name!r} has type {column.data_type}, which "
+                "cannot be chunked; choose an integer, decimal, string, binary or temporal column",
+                table=table, column=column.name,
+            )
+        return column
+    if not schema.primary_key:
+        raise NoChunkKey(
+            f"table {table} has no primary key, so it cannot be split into chunks; set "
+            f'{_OPTION}: {{"{table}": "<column>"}} to an (ideally indexed) column',
+            table=table,
+        )
+    column = schema.column(schema.primary_key[0])
+    if not chunkable(column):
+        raise NoChunkKey(
+            f"table {table}: primary-key column {column.name!r} has type {column.data_type}, "
+            f'which cannot be chunked; set {_OPTION}: {{"{table}": "<column>"}} to another column',
+            table=table, column=column.name,
+        )
+    return column
 
 
 @dataclass(frozen=True)
@@ -55,8 +133,6 @@ class SplitterOptions:
             (Flink's ``chunk-key.even-distribution.factor.lower-bound``).
         distribution_factor_upper: above it keys are too sparse
             (``chunk-key.even-distribution.factor.upper-bound``).
-        chunk_key_column: the column to split on instead of the first primary-key column
-            (this table's entry of ``source.chunk_key_columns``).
 
     Raises:
         ConfigError: a value is out of range (the message names the option).
@@ -65,7 +141,6 @@ class SplitterOptions:
     chunk_size: int = 8096
     distribution_factor_lower: float = 0.05
     distribution_factor_upper: float = 1000.0
-    chunk_key_column: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.chunk_size, bool) or not isinstance(self.chunk_size, int) or self.chunk_size < 1:
@@ -185,26 +260,25 @@ class ChunkSplitter:
     """Splits one table into :class:`SnapshotSplit` chunks, a few at a time (driver side).
 
     Args:
-        conn: an open pymysql connection (SELECT privilege suffices) from
-            ``ConnectionSettings.connect()``, whose UTC session time zone makes TIMESTAMP
-            boundaries naive UTC; the splitter runs its queries on it and never closes it.
+        queries: the dialect's split queries for this table and column (they run on a driver
+            connection the caller owns).
         schema: the table.
-        options: chunk size, factor bounds and the optional chunk key column.
+        column: the chunk key column (see :func:`select_chunk_key`).
+        options: chunk size and factor bounds.
         state: a saved :attr:`state` to continue from; None probes the table and starts over.
 
     Raises:
-        NoChunkKey: the table has no primary key and no chunk key column is configured.
-        ConfigError: the configured column is unusable, or differs from the saved state's.
+        ConfigError: the chunk key differs from the saved state's.
     """
 
     def __init__(
-        self, conn: Any, schema: TableSchema, options: SplitterOptions,
+        self, queries: SplitQueries, schema: TableSchema, column: Column, options: SplitterOptions,
         state: SplitterState | None = None,
     ) -> None:
-        self._conn = conn
+        self._queries = queries
         self.schema = schema
         self.options = options
-        self.column = select_chunk_key(schema, options.chunk_key_column)
+        self.column = column
         self._started = self._last_log = time.monotonic()
         self._state = self._probe() if state is None else self._check_state(state)
 
@@ -243,20 +317,16 @@ class ChunkSplitter:
     # -- probing -------------------------------------------------------------------------
 
     def _probe(self) -> SplitterState:
-        k, t = sql_ident(self.column.name), sql_table(self.schema.table_id)
         tid = self.schema.table_id
-        with self._conn.cursor() as cur:
-            cur.execute(f"SELECT MIN({k}), MAX({k}) FROM {t}", ())
-            min_value, max_value = cur.fetchone()
-            cur.execute(
-                "SELECT TABLE_ROWS FROM information_schema.TABLES "
-                "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s", (tid.db, tid.table),
-            )
-            row = cur.fetchone()
-            row_count = int(row[0] or 0) if row else 0
+        min_value, max_value = self._queries.key_range()
+        row_count = self._queries.approximate_rows()
         mode, step = choose_mode(self.column, min_value, max_value, row_count, self.options)
-        if mode == "uneven":
-            self._warn_if_unindexed()
+        if mode == "uneven" and not self._queries.key_is_indexed():
+            log.warning(
+                "%s: chunk key %s is not the first column of any index, so every chunk boundary "
+                "query scans the table; index it or choose an indexed column in "
+                "source.chunk_key_columns", tid, self.column.name,
+            )
         log.info(
             "%s: splitting on %s (%s%s), min %r, max %r, ~%d rows", tid, self.column.name, mode,
             f", step {step}" if step is not None else "", min_value, max_value, row_count,
@@ -265,22 +335,6 @@ class ChunkSplitter:
             table=str(tid), key_column=self.column.name, mode=mode, min_value=min_value,
             max_value=max_value, row_count=row_count, step=step,
         )
-
-    def _warn_if_unindexed(self) -> None:
-        tid = self.schema.table_id
-        with self._conn.cursor() as cur:
-            cur.execute(
-                "SELECT 1 FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s "
-                "AND TABLE_NAME = %s AND COLUMN_NAME = %s AND SEQ_IN_INDEX = 1 LIMIT 1",
-                (tid.db, tid.table, self.column.name),
-            )
-            indexed = cur.fetchone() is not None
-        if not indexed:
-            log.warning(
-                "%s: chunk key %s is not the first column of any index, so every chunk boundary "
-                "query scans the table; index it or choose an indexed column in "
-                "source.chunk_key_columns", tid, self.column.name,
-            )
 
     def _check_state(self, state: SplitterState) -> SplitterState:
         table = str(self.schema.table_id)
@@ -318,27 +372,10 @@ class ChunkSplitter:
         if st.min_value is None:
             return None  # empty table or only NULL keys: one chunk
         lower = st.min_value if st.next_start is None else st.next_start
-        end, count, moved = self._query_next_max(lower)
+        end, count, moved = self._queries.chunk_end(lower, self.options.chunk_size)
         if count < self.options.chunk_size:
             return None  # what remains fits in one chunk: the last
-        return end if moved else self._query_min_above(lower)
-
-    def _query_next_max(self, lower: KeyValue) -> tuple[KeyValue, int, bool]:
-        k, t = sql_ident(self.column.name), sql_table(self.schema.table_id)
-        sql = (
-            f"SELECT MAX({k}), COUNT(*), MAX({k}) > %s FROM (SELECT {k} FROM {t} WHERE {k} >= %s "
-            f"ORDER BY {k} LIMIT {self.options.chunk_size}) AS T"
-        )
-        with self._conn.cursor() as cur:
-            cur.execute(sql, (sql_param(lower), sql_param(lower)))
-            end, count, moved = cur.fetchone()
-        return end, int(count), bool(moved)
-
-    def _query_min_above(self, lower: KeyValue) -> KeyValue:
-        k, t = sql_ident(self.column.name), sql_table(self.schema.table_id)
-        with self._conn.cursor() as cur:
-            cur.execute(f"SELECT MIN({k}) FROM {t} WHERE {k} > %s", (sql_param(lower),))
-            return cur.fetchone()[0]
+        return end if moved else self._queries.next_key_above(lower)
 
     def _log_progress(self) -> None:
         st, now = self._state, time.monotonic()

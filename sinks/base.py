@@ -1,26 +1,43 @@
-"""What every sink offers the streaming job, and the errors sinks raise.
+"""The Sink contract: what the job asks of every sink, and the errors sinks raise.
 
-The job hands a sink, once per micro-batch and source table, the table's change rows as one
-``pyarrow.Table`` in stream order (columns ``op``, ``before``, ``after``, ``source``, ``ts_ms``;
-see :mod:`sinks.changes`). A sink keeps two things per table:
+A sink has two halves, because the rows of a snapshot must not pass through the driver:
 
-* the **mirror**: the source table's current rows, flat and typed;
-* the **changelog**: every change event, appended once.
+* **executor side**, :class:`SinkWriter` (picklable): a Spark task hands it one table's change
+  rows (:mod:`cdc.model.envelope` layout, log order) and the writer *stages* them where its
+  driver side can find them (Parquet files under a Delta table, a file of encoded messages, ...).
+  It returns small JSON descriptions of what it staged; they travel to the driver in the
+  micro-batch instead of the rows. Staging is invisible to readers.
+* **driver side**, :class:`Sink`: once per micro-batch, :meth:`Sink.commit` makes the batch's
+  staged rows visible, **exactly once**: committing a batch the sink already committed (Spark
+  replays a batch whose ``commits/N`` file is missing) changes nothing, and a batch half
+  committed before a crash is completed by the replay. Each sink keeps its own record of the
+  batches it committed, keyed by the job and the batch id; the job never tells it what happened
+  before a crash. :meth:`Sink.open` recovers whatever a crash left behind before the first batch;
+  :meth:`Sink.close` waits for work a sink does in the background.
 
-Writes are idempotent per micro-batch: replaying a batch that a sink already wrote (Spark
-replays a batch whose ``commits/N`` file is missing) must change nothing. Each sink keeps its
-own record of the batches it wrote; the job never has to tell it what happened before a crash.
+Stream kinds: ``snapshot`` rows are a chunk's ``op='r'`` rows; the source guarantees their keys
+are new to the sink (a key is read once, and no change of it flows before its chunk is emitted),
+so a sink may append them. ``changes`` are log changes (c/u/d) of one batch, in log order per
+table once sorted by their ``first`` position.
+
+Registered sinks: :mod:`sinks.registry`. A new sink is one module plus one registry line, and
+the contract suite (tests/test_sink_contract.py) runs it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
 
 import pyarrow as pa
 
+from cdc.model.config import SinkConfig
 from cdc.model.errors import CdcError, Terminal
-from cdc.model.schema import TableSchema
+from cdc.model.hooks import NO_HOOKS, Hooks
+from cdc.model.schema import TableId, TableSchema
+
+StreamKind = Literal["snapshot", "changes"]
 
 
 class SinkError(CdcError, Terminal):
@@ -35,66 +52,139 @@ class InvalidChangeBatch(SinkError):
     """A change batch breaks the contract (bad op, missing image, wrong columns)."""
 
 
-@dataclass(frozen=True)
-class WriteResult:
-    """What one ``write_batch`` call did for one source table.
+class SinkWriter(ABC):
+    """A sink's executor side: stages change rows (picklable; opens what it needs per call)."""
 
-    Attributes:
-        table: the source table, ``db.table``.
-        batch_id: the micro-batch id.
-        mirror_written: False when the mirror already held this batch (a replay).
-        changelog_written: False when the changelog already held this batch.
-        events: number of change rows in the batch.
-    """
-
-    table: str
-    batch_id: int
-    mirror_written: bool
-    changelog_written: bool
-    events: int
-
-
-@runtime_checkable
-class ChangeSink(Protocol):
-    """A sink of change batches. Runs on the Spark driver, once per batch and table."""
-
-    def write_batch(
-        self, schema: TableSchema, changes: pa.Table, batch_id: int, *,
-        snapshot_append: bool = False,
-    ) -> WriteResult:
-        """Apply one micro-batch of one table's changes to the mirror and the changelog.
+    @abstractmethod
+    def write(self, schema: TableSchema, rows: pa.Table, stream: StreamKind) -> list[dict[str, Any]]:
+        """Stage one table's change rows.
 
         Args:
-            schema: the source table's columns and primary key.
-            changes: the batch's change rows in stream order.
-            batch_id: Spark's micro-batch id (monotonic per query).
-            snapshot_append: the caller vouches that an all-``r`` batch holds only keys the
-                mirror does not have yet, so a sink may append instead of merging. A sink may
-                ignore it; batches with other ops are always merged.
+            schema: the table.
+            rows: change rows in log order (``snapshot``: all ``op='r'``).
+            stream: ``snapshot`` or ``changes``.
+
+        Returns:
+            JSON-able descriptions of what was staged (empty when ``rows`` is empty).
 
         Raises:
-            InvalidChangeBatch: ``changes`` breaks the change-batch contract.
-            SinkSchemaMismatch: an existing table no longer matches ``schema``.
+            InvalidChangeBatch: the rows break the change-row contract.
         """
-        ...
 
-    def write_mirror(
-        self, schema: TableSchema, changes: pa.Table, batch_id: int, *,
-        snapshot_append: bool = False,
-    ) -> bool:
-        """Apply the batch to the mirror only; False when it was already applied (or is empty).
+
+@dataclass(frozen=True)
+class Staged:
+    """One writer call's output, as it reaches the driver in a micro-batch (JSON-able).
+
+    Attributes:
+        sink: the index of the sink in the job's ``sink:`` list.
+        table: the source table, ``db.table``.
+        stream: ``snapshot`` or ``changes``.
+        first: the log sort key of the first row (changes are committed in this order).
+        rows: how many change rows were staged.
+        items: the writer's descriptions.
+    """
+
+    sink: int
+    table: str
+    stream: StreamKind
+    first: tuple[int, ...]
+    rows: int
+    items: list[dict[str, Any]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sink": self.sink, "table": self.table, "stream": self.stream, "first": list(self.first),
+                "rows": self.rows, "items": self.items}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Staged:
+        return cls(int(d["sink"]), str(d["table"]), d["stream"], tuple(d["first"]), int(d["rows"]),
+                   list(d["items"]))
+
+
+@dataclass
+class TableBatch:
+    """What one batch staged for one table, for one sink.
+
+    Attributes:
+        schema: the table.
+        snapshot: descriptions of staged snapshot rows (any order).
+        changes: descriptions of staged log changes, in log order.
+        snapshot_rows: how many snapshot rows they hold.
+        change_rows: how many change rows they hold.
+    """
+
+    schema: TableSchema
+    snapshot: list[dict[str, Any]] = field(default_factory=list)
+    changes: list[dict[str, Any]] = field(default_factory=list)
+    snapshot_rows: int = 0
+    change_rows: int = 0
+
+
+@dataclass(frozen=True)
+class Committed:
+    """What :meth:`Sink.commit` did for one table: False parts were already committed (or
+    empty): a replay commits nothing."""
+
+    table: str
+    snapshot: bool
+    changes: bool
+
+
+class Sink(ABC):
+    """A sink's driver side (one object per job run and sink).
+
+    Args:
+        config: the validated ``sink:`` section (of :attr:`config_class`).
+        job_id: the job's stable identity (derived from its checkpoint, the same across
+            restarts, never Spark's run id): it keys the sink's record of committed batches.
+        spark: the job's Spark session, for sinks that use Spark (None when not needed).
+        hooks: crash points for tests (:mod:`cdc.model.hooks`); nothing in production.
+    """
+
+    name: ClassVar[str]
+    """The ``sink.type`` this sink serves, and its registry key."""
+    config_class: ClassVar[type[SinkConfig]]
+    """Its ``sink:`` config model."""
+
+    def __init__(self, config: SinkConfig, job_id: str, spark: Any | None = None,
+                 hooks: Hooks = NO_HOOKS) -> None:
+        if not job_id:
+            raise SinkError("a sink needs a non-empty job id (the checkpoint's identity)")
+        self.config = config
+        self.job_id = job_id
+        self.spark = spark
+        self.hooks = hooks
+
+    @abstractmethod
+    def writer(self) -> SinkWriter:
+        """The executor side, to pickle into the stream's tasks."""
+
+    @abstractmethod
+    def open(self, schemas: dict[TableId, TableSchema]) -> None:
+        """Prepare for the first batch of a run: check or create what the tables need, and
+        recover what a crash left behind (driver, before the query starts).
 
         Raises:
-            InvalidChangeBatch: ``changes`` breaks the change-batch contract.
-            SinkSchemaMismatch: the existing mirror no longer matches ``schema``.
+            SinkError: the sink cannot be written (the message names the fix).
         """
-        ...
 
-    def write_changelog(self, schema: TableSchema, changes: pa.Table, batch_id: int) -> bool:
-        """Append the batch to the changelog only; False when it was already appended.
+    @abstractmethod
+    def commit(self, batch_id: int, tables: list[TableBatch]) -> list[Committed]:
+        """Make a batch's staged rows visible, once (driver, inside ``foreachBatch``).
 
         Raises:
-            InvalidChangeBatch: ``changes`` breaks the change-batch contract.
-            SinkSchemaMismatch: the existing changelog no longer matches ``schema``.
+            SinkError: the batch cannot be committed; a retry of the batch may succeed.
         """
-        ...
+
+    def close(self) -> None:  # noqa: B027 - optional hook: most sinks have nothing running
+        """Wait for background work (the end of a run). Raises what that work raised."""
+
+    def row_counts(self, schemas: dict[TableId, TableSchema]) -> dict[str, dict[str, int | None]]:
+        """What the sink holds per table, for a run's summary (``{"db.t": {"mirror": 5}}``; None
+        where a table was not written yet). Never raises."""
+        return {}
+
+    def describe(self) -> str:
+        """A short description for logs (never a secret)."""
+        return self.name

@@ -16,46 +16,47 @@ import polars as pl
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from cdc.model.schema import Column, TableId, TableSchema
+from binlog.mysql.types import mysql_column, mysql_table
+from cdc.model.schema import TableId, TableSchema
 from sinks.changes import change_schema
 
 UTC = dt.timezone.utc
 
 # One column of every Arrow type the MySQL mapping produces (see cdc/schema.py:arrow_type).
 VALUE_COLUMNS = (
-    Column("c_tiny", "tinyint", "tinyint(4)", True),  # int16
-    Column("c_int", "int", "int(11)", True),  # int32
-    Column("c_big", "bigint", "bigint(20)", True),  # int64
-    Column("c_ubig", "bigint", "bigint(20) unsigned", True),  # decimal(20,0)
-    Column("c_dec", "decimal", "decimal(38,10)", True, precision=38, scale=10),
-    Column("c_float", "float", "float", True),  # float32
-    Column("c_double", "double", "double", True),  # float64
-    Column("c_str", "varchar", "varchar(40)", True),
-    Column("c_bin", "varbinary", "varbinary(40)", True),
-    Column("c_bool", "tinyint", "tinyint(1)", True),  # int16 (a "boolean" column holds 0/1/...)
-    Column("c_date", "date", "date", True),  # date32
-    Column("c_dt", "datetime", "datetime(6)", True),  # timestamp[us]
-    Column("c_ts", "timestamp", "timestamp(6)", True),  # timestamp[us, UTC]
-    Column("c_time", "time", "time(6)", True),  # duration[us] -> int64 micros in Delta
+    mysql_column("c_tiny", "tinyint", "tinyint(4)", True),  # int16
+    mysql_column("c_int", "int", "int(11)", True),  # int32
+    mysql_column("c_big", "bigint", "bigint(20)", True),  # int64
+    mysql_column("c_ubig", "bigint", "bigint(20) unsigned", True),  # decimal(20,0)
+    mysql_column("c_dec", "decimal", "decimal(38,10)", True, precision=38, scale=10),
+    mysql_column("c_float", "float", "float", True),  # float32
+    mysql_column("c_double", "double", "double", True),  # float64
+    mysql_column("c_str", "varchar", "varchar(40)", True),
+    mysql_column("c_bin", "varbinary", "varbinary(40)", True),
+    mysql_column("c_bool", "tinyint", "tinyint(1)", True),  # int16 (a "boolean" column holds 0/1/...)
+    mysql_column("c_date", "date", "date", True),  # date32
+    mysql_column("c_dt", "datetime", "datetime(6)", True),  # timestamp[us]
+    mysql_column("c_ts", "timestamp", "timestamp(6)", True),  # timestamp[us, UTC]
+    mysql_column("c_time", "time", "time(6)", True),  # duration[us] -> int64 micros in Delta
 )
 
-SINGLE_KEY = TableSchema(
+SINGLE_KEY = mysql_table(
     TableId("shop", "items"),
-    (Column("id", "int", "int(11)", False), *VALUE_COLUMNS),
+    (mysql_column("id", "int", "int(11)", False), *VALUE_COLUMNS),
     ("id",),
 )
-COMPOSITE_KEY = TableSchema(
+COMPOSITE_KEY = mysql_table(
     TableId("shop", "order_lines"),
-    (Column("k1", "bigint", "bigint(20)", False), Column("k2", "varchar", "varchar(8)", False),
+    (mysql_column("k1", "bigint", "bigint(20)", False), mysql_column("k2", "varchar", "varchar(8)", False),
      *VALUE_COLUMNS),
     ("k1", "k2"),
 )
 # Keys of the types whose Delta statistics are lossy: unsigned BIGINT above the int64 range and
 # DATETIME with microseconds (statistics keep milliseconds).
-WIDE_KEY = TableSchema(
+WIDE_KEY = mysql_table(
     TableId("shop", "ledger"),
-    (Column("u", "bigint", "bigint(20) unsigned", False),
-     Column("t", "datetime", "datetime(6)", False), *VALUE_COLUMNS[:4]),
+    (mysql_column("u", "bigint", "bigint(20) unsigned", False),
+     mysql_column("t", "datetime", "datetime(6)", False), *VALUE_COLUMNS[:4]),
     ("u", "t"),
 )
 

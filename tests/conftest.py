@@ -1,22 +1,30 @@
 """Shared fixtures: one real CDC-configured server per test session, one database per test.
 
 No mocks: every integration test talks to a real MariaDB (or MySQL 8 through testcontainers when
-a Docker engine answers; see cdc/sandbox.py).
+a Docker engine answers; see cdc/app/sandbox/mysql.py).
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pymysql
 import pytest
 
+from binlog.mysql.config import MySqlSourceConfig
+from binlog.mysql.dialect import MySqlDialect
 from binlog.mysql.reader import BinlogReaderConfig, MySqlBinlogReader
 from cdc.app.sandbox.mysql import Endpoint, MariaDbSandbox, Sandbox, start_sandbox
 from cdc.model.schema import TableId
+
+# Spark's Python workers and the drivers tests start must import test helpers that travel to
+# them pickled (tests/faults.py): put this folder on their PYTHONPATH before any of them starts.
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (TESTS_DIR, os.environ.get("PYTHONPATH")) if p)
 
 
 @pytest.fixture(scope="session")
@@ -67,6 +75,15 @@ def cdc_conn(cdc_endpoint: Endpoint) -> Iterator[pymysql.connections.Connection]
     """A connection as the CDC user."""
     with contextlib.closing(cdc_endpoint.connect()) as conn:
         yield conn
+
+
+@pytest.fixture
+def mysql_dialect(cdc_endpoint: Endpoint, database: str) -> MySqlDialect:
+    """The MySQL dialect as the job builds it: the CDC user, the test database's tables."""
+    config = MySqlSourceConfig(hostname=cdc_endpoint.host, port=cdc_endpoint.port, username=cdc_endpoint.user,
+                               password=cdc_endpoint.password, tables=[f"{database}\\..*"],
+                               server_id="6100-6109")
+    return MySqlDialect(config)
 
 
 _server_ids = itertools.count(5400)

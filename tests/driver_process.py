@@ -1,7 +1,7 @@
-"""A driver process for the crash tests: runs the pipeline continuously until it is killed.
+"""A driver process for the crash tests: runs the job continuously until it is killed.
 
-Usage: python tests/driver_process.py '<json: options, checkpoint, lake, query_id>'
-It prints "batch N" after each committed foreachBatch call, so a test can kill it mid-flight.
+Usage: python tests/driver_process.py '<json: the job file's tree>'
+It prints "batch N" after each batch the sinks committed, so a test can kill it mid-flight.
 """
 
 from __future__ import annotations
@@ -9,31 +9,28 @@ from __future__ import annotations
 import json
 import sys
 
-from cdc.spark.batch import BatchWriter
+from cdc.app.config import parse_config
+from cdc.app.runner import JobRunner
 from cdc.spark.session import local_session
-from cdc.spark.source import MySqlCdcDataSource
-from cdc.spark.state import StateStore
-from sinks.delta.sink import DeltaSink, DeltaSinkConfig
+
+
+class PrintCommits:
+    """Hooks that print each committed batch (pickled by value to the workers: a __main__ class)."""
+
+    def __init__(self) -> None:
+        self.batch = 0
+
+    def reached(self, point: str) -> None:
+        if point == "after_sink_commit":
+            print(f"batch {self.batch}", flush=True)
+            self.batch += 1
 
 
 def main(arg: str) -> None:
-    spec = json.loads(arg)
+    config = parse_config({**json.loads(arg), "trigger_interval": "200ms"}, warn_plain_password=False)
     spark = local_session("spark-cdc-crash-driver", parallelism=2)
-    spark.dataSource.register(MySqlCdcDataSource)
-    options = spec["options"]
-    source = MySqlCdcDataSource(options)
-    sink = DeltaSink(DeltaSinkConfig(path=spec["lake"]), query_id=spec["query_id"])
-    writer = BatchWriter(source.table_schemas(), sink, StateStore(options["state_dir"]))
-
-    def write(df: object, batch_id: int) -> None:
-        writer(df, batch_id)
-        print(f"batch {batch_id}", flush=True)
-
-    df = spark.readStream.format("mysql-cdc").options(**options, **writer.source_options()).load()
-    query = (df.writeStream.foreachBatch(write).option("checkpointLocation", spec["checkpoint"])
-             .trigger(processingTime="200 milliseconds").start())
     print("started", flush=True)
-    query.awaitTermination()
+    JobRunner(config, spark, hooks=PrintCommits()).run()
 
 
 if __name__ == "__main__":

@@ -23,74 +23,74 @@ from typing import Any
 import deltalake
 import pyarrow as pa
 import pymysql
+from faults import FileFaults
 
+from binlog.mysql.positions import BinlogOffset, ChangePosition
 from binlog.mysql.reader import BinlogReaderConfig, MySqlBinlogReader, current_offset
+from binlog.registry import create_dialect
+from cdc.app.config import parse_config
+from cdc.app.runner import JobRunner
 from cdc.app.sandbox.mysql import Sandbox
+from cdc.model.config import JobConfig
 from cdc.model.envelope import split_key_changes
-from cdc.model.positions import BinlogOffset, ChangePosition, max_offset
+from cdc.model.positions import max_offset
 from cdc.model.schema import TableId, TableSchema
-from cdc.spark import faults
-from cdc.spark.batch import BatchRecord, BatchWriter
-from cdc.spark.source import MySqlCdcDataSource
-from cdc.spark.state import StateStore
-from sinks.delta.sink import DeltaSink, DeltaSinkConfig
+from cdc.spark.commit import BatchRecord
+from cdc.spark.source import table_schemas
 
 REFERENCE_SERVER_ID = 6300
 
 
 @dataclass
 class Pipeline:
-    """One source database flowing into one lake through one checkpoint."""
+    """One source database flowing into one lake through one checkpoint, run by the real job.
+
+    ``source`` and ``job`` override keys of the job file; ``sinks`` replaces its ``sink:``.
+    """
 
     spark: Any
     box: Sandbox
     database: str
     workdir: Path
-    options: dict[str, str] = field(default_factory=dict)
+    source: dict[str, Any] = field(default_factory=dict)
+    job: dict[str, Any] = field(default_factory=dict)
+    sinks: list[dict[str, Any]] | None = None
     started_at: BinlogOffset | None = None
 
     def __post_init__(self) -> None:
         self.checkpoint = self.workdir / "checkpoint"
         self.lake = self.workdir / "lake"
         self.state_dir = self.workdir / "checkpoint_state"  # next to the checkpoint, not inside
-        self.store = StateStore(str(self.state_dir))
+        self.faults = FileFaults(self.workdir / "faults")
         self.async_mirror = True
 
-    def source_options(self) -> dict[str, str]:
+    def raw_config(self) -> dict[str, Any]:
         c = self.box.cdc
-        base = {"hostname": c.host, "port": str(c.port), "username": c.user, "password": c.password,
-                "tables": f"{self.database}\\..*", "state_dir": str(self.state_dir),
-                "chunk_size": "100", "chunks_per_batch": "4", "server_id": "5400-5403"}
-        return {**base, **self.options}
+        source = {"type": "mysql", "hostname": c.host, "port": c.port, "username": c.user,
+                  "password": c.password, "tables": [f"{self.database}\\..*"], "chunk_size": 100,
+                  "chunks_per_batch": 4, "server_id": "5400-5403", **self.source}
+        sink = self.sinks or {"type": "delta", "path": str(self.lake), "async_mirror": self.async_mirror}
+        return {"source": source, "sink": sink, "checkpoint": str(self.checkpoint),
+                "state_dir": str(self.state_dir), "parallelism": 2, **self.job}
+
+    def config(self) -> JobConfig:
+        return parse_config(self.raw_config(), warn_plain_password=False)
 
     def run(self) -> list[BatchRecord]:
-        """One available-now run: everything up to the binlog end at its start, then stop."""
+        """One available-now run: everything up to the binlog end at its start, then stop; the
+        sinks finish their background work (the mirror catches up) before it returns."""
         if self.started_at is None:
             with contextlib.closing(self.box.admin.connect()) as conn:
                 self.started_at = current_offset(conn)
-        options = self.source_options()
-        source = MySqlCdcDataSource(options)
-        sink = DeltaSink(DeltaSinkConfig(path=str(self.lake)), query_id=f"test-{self.database}")
-        writer = BatchWriter(source.table_schemas(), sink, self.store, async_mirror=self.async_mirror)
-        df = self.spark.readStream.format("mysql-cdc").options(**options, **writer.source_options()).load()
-        query = (df.writeStream.foreachBatch(writer).option("checkpointLocation", str(self.checkpoint))
-                 .trigger(availableNow=True).start())
-        try:
-            query.awaitTermination()
-        except BaseException:
-            query.stop()
-            with contextlib.suppress(Exception):  # the query's error is the one to report
-                writer.close()
-            raise
-        query.stop()
-        writer.close()  # the mirror catches up with the changelog before anything is checked
-        return writer.batches
+        runner = JobRunner(self.config(), self.spark, hooks=self.faults)
+        runner.run(once=True)
+        return runner.batches
 
     def arm(self, point: str, after: int = 0) -> None:
-        faults.arm(self.store, point, after=after)
+        self.faults.arm(point, after=after)
 
     def schemas(self) -> dict[TableId, TableSchema]:
-        return MySqlCdcDataSource(self.source_options()).table_schemas()
+        return table_schemas(create_dialect(self.config().source))
 
     def mirror(self, table: str) -> pa.Table:
         return deltalake.DeltaTable(str(self.lake / self.database / table)).to_pyarrow_table()

@@ -23,13 +23,14 @@ from test_binlog_mysql import TYPED_ROW, TYPED_UPDATE, TYPES_DDL, create_abc, ru
 
 from binlog.mysql.blocks import ChangeBlock
 from binlog.mysql.change_rows import block_envelope
+from binlog.mysql.positions import BinlogOffset, byte_cuts
 from binlog.mysql.reader import MySqlBinlogReader, current_offset
 from binlog.mysql.server import binary_log_sizes
+from binlog.mysql.types import load_table_schema
 from cdc.app.sandbox.mysql import Sandbox
 from cdc.app.tpcds import customer_ddl
 from cdc.model.envelope import change_envelope, split_key_changes
-from cdc.model.positions import BinlogOffset, byte_cuts
-from cdc.model.schema import TableId, load_table_schema
+from cdc.model.schema import TableId
 
 Conn = pymysql.connections.Connection
 

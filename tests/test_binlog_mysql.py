@@ -19,6 +19,7 @@ import pymysql
 import pytest
 
 from binlog.mysql.convert import set_members, value_converter
+from binlog.mysql.positions import BinlogOffset
 from binlog.mysql.reader import (
     BinlogReaderConfig,
     InvalidBinlogPosition,
@@ -29,11 +30,11 @@ from binlog.mysql.reader import (
     current_offset,
     low_watermark,
 )
+from binlog.mysql.types import load_table_schema, mysql_column, quoted_table
 from cdc.app.sandbox.mysql import Endpoint, MariaDbSandbox, Sandbox
 from cdc.model.errors import BinlogNotConfigured, BinlogPurged, ConfigError, MissingPrivilege
 from cdc.model.events import ChangeEvent
-from cdc.model.positions import BinlogOffset
-from cdc.model.schema import Column, TableId, load_table_schema
+from cdc.model.schema import Column, TableId
 
 Conn = pymysql.connections.Connection
 ReaderFactory = Callable[..., MySqlBinlogReader]
@@ -89,15 +90,15 @@ def test_reads_exactly_the_changes_of_selected_tables(
     assert keys == sorted(keys) and len(set(keys)) == len(keys) == len(events)
     assert [e.position.row for e in events[:3] if e.position] == [0, 1, 2]
     assert all(e.position and e.position.in_slice(start, end) for e in events)
-    assert all(e.table_id.db == database and e.server_id == 1 for e in events)
+    assert all(e.table_id.db == database and e.source["server_id"] == 1 for e in events)
     assert abs(events[0].ts_ms / 1000 - time.time()) < 60
     # one GTID per transaction; the last three changes share the multi-statement transaction's
-    gtids = [e.gtid for e in events]
+    gtids = [e.source["gtid"] for e in events]
     assert all(g and g.startswith("0-1-") for g in gtids)
     assert len(set(gtids[:3])) == 1 and len(set(gtids[7:])) == 1
     assert len({gtids[0], gtids[3], gtids[4], gtids[6], gtids[7]}) == 5
-    assert events[0].query == "INSERT INTO a VALUES (1, 'x'), (2, 'y'), (3, 'z')"
-    assert events[-1].query == "UPDATE b SET v = 'r' WHERE id = 11"
+    assert events[0].source["query"] == "INSERT INTO a VALUES (1, 'x'), (2, 'y'), (3, 'z')"
+    assert events[-1].source["query"] == "UPDATE b SET v = 'r' WHERE id = 11"
 
 
 def test_adjacent_slices_add_up_to_the_whole(
@@ -276,7 +277,7 @@ def expected_from_select(conn: Conn, schema_conn: Conn, table: TableId) -> list[
     """What pymysql's SELECT returns (session time zone UTC), made comparable to our typing."""
     schema = load_table_schema(schema_conn, table)
     with conn.cursor() as cur:
-        cur.execute(f"SELECT * FROM {table.quoted()} ORDER BY id")
+        cur.execute(f"SELECT * FROM {quoted_table(table)} ORDER BY id")
         names = [d[0] for d in cur.description]
         rows = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
     for row in rows:
@@ -558,7 +559,7 @@ def test_lost_connection_mid_transaction_resumes_without_loss_or_duplicates(
     assert sorted(e.after["id"] for e in events if e.after) == list(range(4000))
     keys = [e.position.sort_key() for e in events if e.position]
     assert keys == sorted(set(keys)) and len(keys) == 4000
-    assert len({e.gtid for e in events}) == 4
+    assert len({e.source["gtid"] for e in events}) == 4
 
 
 def test_readers_with_different_ids_run_concurrently(
@@ -592,7 +593,7 @@ def test_readers_with_different_ids_run_concurrently(
 
 def test_value_converters_for_special_columns() -> None:
     def col(data_type: str, column_type: str, **kw: Any) -> Column:
-        return Column("c", data_type, column_type, True, **kw)
+        return mysql_column("c", data_type, column_type, True, **kw)
 
     assert set_members("set('a','it''s','c')") == ("a", "it's", "c")
     to_set = value_converter(col("set", "set('a','it''s','c')"))

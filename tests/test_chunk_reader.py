@@ -1,24 +1,30 @@
-"""The lock-free chunk reader returns exactly the chunk's state at its high watermark.
+"""The lock-free chunk read gives exactly the chunk's state at its high watermark.
 
-DML is injected between LW and the SELECT and between the SELECT and HW (test hooks), and run
-by concurrent random writers. Each time the result must equal a fresh SELECT of the range taken
-with writes paused at HW.
+The read is the MySQL dialect's LW and SELECT, then the dialect-neutral backfill of the binlog
+(LW, HW] (tests/chunk_read.py composes them as the job does across two batches). DML is
+injected between LW and the SELECT and between the SELECT and HW (hooks), and run by concurrent
+random writers. Each time the result must equal a fresh SELECT of the range taken with writes
+paused at HW.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pymysql
 import pytest
+from chunk_read import ChunkResult, ReadHooks, read_chunk
 from pipeline import RandomWriter, writing
 
 from binlog.mysql.connection import ConnectionSettings
-from cdc.model.schema import TableId, TableSchema, load_table_schema
+from binlog.mysql.dialect import MySqlDialect
+from binlog.mysql.keys import range_predicate
+from binlog.mysql.types import load_table_schema
+from cdc.model.envelope import snapshot_envelope
+from cdc.model.schema import TableId, TableSchema
 from chunking.chunks import SnapshotSplit
-from chunking.reader import ChunkReader, ChunkReaderOptions, ChunkResult, ReadHooks
 from chunking.splitter import ChunkSplitter, SplitterOptions
 
 Conn = pymysql.connections.Connection
@@ -40,9 +46,11 @@ def make_table(admin: Conn, database: str, rows: int = 300, key: str = "INT") ->
     return load_table_schema(admin, TableId(database, "t"))
 
 
-def chunks(cdc: ConnectionSettings, schema: TableSchema, size: int = 100) -> list[SnapshotSplit]:
-    with contextlib.closing(cdc.connect()) as conn:
-        return ChunkSplitter(conn, schema, SplitterOptions(chunk_size=size)).next_chunks(10_000)
+def chunks(dialect: MySqlDialect, schema: TableSchema, size: int = 100) -> list[SnapshotSplit]:
+    with contextlib.closing(dialect.connect()) as conn:
+        column = dialect.chunk_key(schema)
+        queries = dialect.split_queries(conn, schema, column)
+        return ChunkSplitter(queries, schema, column, SplitterOptions(chunk_size=size)).next_chunks(10_000)
 
 
 def middle(splits: list[SnapshotSplit]) -> SnapshotSplit:
@@ -53,7 +61,7 @@ def middle(splits: list[SnapshotSplit]) -> SnapshotSplit:
 
 
 def fresh_select(cdc: ConnectionSettings, split: SnapshotSplit) -> list[dict[str, Any]]:
-    sql, params = split.where_clause()
+    sql, params = range_predicate(split.key_column, split.start, split.end)
     with contextlib.closing(cdc.connect(split.table_id.db)) as conn, conn.cursor(pymysql.cursors.DictCursor) as cur:
         cur.execute(f"SELECT id, v, n FROM t WHERE {sql}", params)
         return sorted(cur.fetchall(), key=lambda r: r["id"])
@@ -81,31 +89,27 @@ SCENARIOS: dict[str, list[str]] = {
 
 
 @pytest.fixture
-def reader_for(cdc_endpoint: ConnectionSettings) -> Iterator[Callable[..., ChunkReader]]:
-    opened: list[ChunkReader] = []
+def reader_for(mysql_dialect: MySqlDialect) -> Callable[..., Callable[..., ChunkResult]]:
+    def make(schema: TableSchema) -> Callable[..., ChunkResult]:
+        def read(split: SnapshotSplit, hooks: ReadHooks | None = None) -> ChunkResult:
+            return read_chunk(mysql_dialect, schema, split, SERVER_ID, hooks or ReadHooks())
+        return read
 
-    def make(schema: TableSchema, **options: Any) -> ChunkReader:
-        reader = ChunkReader(cdc_endpoint, schema, ChunkReaderOptions(server_id=SERVER_ID, **options))
-        opened.append(reader)
-        return reader
-
-    yield make
-    for r in opened:
-        r.close()
+    return make
 
 
 @pytest.mark.parametrize("when", ["after_low_watermark", "after_select"])
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
 def test_chunk_equals_its_state_at_high_watermark(
     scenario: str, when: str, admin: Conn, database: str, cdc_endpoint: ConnectionSettings,
-    reader_for: Callable[..., ChunkReader],
+    reader_for: Callable[..., Callable[..., ChunkResult]], mysql_dialect: MySqlDialect,
 ) -> None:
     schema = make_table(admin, database)
-    split = middle(chunks(cdc_endpoint, schema))
+    split = middle(chunks(mysql_dialect, schema))
     before = fresh_select(cdc_endpoint, split)
     hooks = ReadHooks(**{when: lambda: run(admin, *SCENARIOS[scenario])})
 
-    result = reader_for(schema).read(split, hooks)
+    result = reader_for(schema)(split, hooks)
 
     after = fresh_select(cdc_endpoint, split)  # nothing writes after HW: this is the state at HW
     assert as_rows(result) == after
@@ -114,39 +118,26 @@ def test_chunk_equals_its_state_at_high_watermark(
         assert result.changes_applied > 0  # the merge did the work, not the SELECT
 
 
-def test_backfill_skip_returns_the_select_unmerged(
-    admin: Conn, database: str, cdc_endpoint: ConnectionSettings, reader_for: Callable[..., ChunkReader],
-) -> None:
-    schema = make_table(admin, database)
-    split = middle(chunks(cdc_endpoint, schema))
-    before = fresh_select(cdc_endpoint, split)
-    hooks = ReadHooks(after_select=lambda: run(admin, "DELETE FROM t WHERE id = 160"))
-
-    result = reader_for(schema, backfill_skip=True).read(split, hooks)
-
-    assert as_rows(result) == before != fresh_select(cdc_endpoint, split)
-    assert result.high_watermark == result.low_watermark
-
-
 def test_quiet_chunk_skips_the_binlog(
-    admin: Conn, database: str, cdc_endpoint: ConnectionSettings, reader_for: Callable[..., ChunkReader],
+    admin: Conn, database: str, cdc_endpoint: ConnectionSettings, reader_for: Callable[..., Callable[..., ChunkResult]], mysql_dialect: MySqlDialect,
 ) -> None:
     schema = make_table(admin, database)
-    reader = reader_for(schema)
-    for split in chunks(cdc_endpoint, schema):
-        result = reader.read(split)
+    read = reader_for(schema)
+    for split in chunks(mysql_dialect, schema):
+        result = read(split)
+        # LW == HW on a quiet server: the chunk is its SELECT, no binlog is read
         assert result.low_watermark == result.high_watermark and result.changes_applied == 0
         assert as_rows(result) == fresh_select(cdc_endpoint, split)
-    assert reader._binlog is None  # LW == HW every time: no replication connection was opened
 
 
 def test_result_as_debezium_read_rows(
-    admin: Conn, database: str, cdc_endpoint: ConnectionSettings, reader_for: Callable[..., ChunkReader],
+    admin: Conn, database: str, cdc_endpoint: ConnectionSettings, reader_for: Callable[..., Callable[..., ChunkResult]], mysql_dialect: MySqlDialect,
 ) -> None:
     schema = make_table(admin, database, rows=50)
-    (split,) = chunks(cdc_endpoint, schema)
-    result = reader_for(schema).read(split)
-    rows = result.envelope(schema, name="shop", server_id=1, ts_ms=7).to_pylist()
+    (split,) = chunks(mysql_dialect, schema)
+    result = reader_for(schema)(split)
+    source = mysql_dialect.snapshot_source(schema.table_id, result.high_watermark, 7)
+    rows = snapshot_envelope(schema, result.rows, source).to_pylist()
     assert len(rows) == 50 and {r["op"] for r in rows} == {"r"}
     first = min(rows, key=lambda r: r["after"]["id"])
     assert first["before"] is None and first["after"] == {"id": 0, "v": "v0", "n": 0}
@@ -156,20 +147,20 @@ def test_result_as_debezium_read_rows(
 
 
 def test_string_keys_with_case_insensitive_collation(
-    admin: Conn, database: str, cdc_endpoint: ConnectionSettings, reader_for: Callable[..., ChunkReader],
+    admin: Conn, database: str, cdc_endpoint: ConnectionSettings, reader_for: Callable[..., Callable[..., ChunkResult]], mysql_dialect: MySqlDialect,
 ) -> None:
     run(admin, "CREATE TABLE t (id VARCHAR(20) COLLATE utf8mb4_general_ci PRIMARY KEY, v VARCHAR(40), n INT)")
     names = [f"{c}{i:03d}" for c in "aBcDeF" for i in range(60)]
     run(admin, "INSERT INTO t VALUES " + ",".join(f"('{k}', 'x', 0)" for k in names))
     schema = load_table_schema(admin, TableId(database, "t"))
-    splits = chunks(cdc_endpoint, schema, size=50)
+    splits = chunks(mysql_dialect, schema, size=50)
     target = splits[len(splits) // 2]
     low = str(target.start)
     # Writes whose keys differ from the boundary only by case: the server's collation decides.
     dml = [f"INSERT INTO t VALUES ('{low.upper()}z', 'in', 1)", f"INSERT INTO t VALUES ('{low.lower()}!', 'in2', 1)",
            f"UPDATE t SET v = 'moved' WHERE id = '{low}'", "DELETE FROM t WHERE id = 'a000'"]
-    result = reader_for(schema).read(target, ReadHooks(after_select=lambda: run(admin, *dml)))
-    sql, params = target.where_clause()
+    result = reader_for(schema)(target, ReadHooks(after_select=lambda: run(admin, *dml)))
+    sql, params = range_predicate(target.key_column, target.start, target.end)
     with contextlib.closing(cdc_endpoint.connect(database)) as conn, conn.cursor(pymysql.cursors.DictCursor) as cur:
         cur.execute(f"SELECT id, v, n FROM t WHERE {sql}", params)
         expected = sorted(cur.fetchall(), key=lambda r: r["id"].lower())
@@ -178,19 +169,21 @@ def test_string_keys_with_case_insensitive_collation(
 
 
 def test_keyless_table_with_chunk_key_column(
-    admin: Conn, database: str, cdc_endpoint: ConnectionSettings, reader_for: Callable[..., ChunkReader],
+    admin: Conn, database: str, cdc_endpoint: ConnectionSettings, reader_for: Callable[..., Callable[..., ChunkResult]], mysql_dialect: MySqlDialect,
 ) -> None:
     run(admin, "CREATE TABLE t (id INT, v VARCHAR(40), n INT)")
     run(admin, "INSERT INTO t VALUES " + ",".join(f"({i % 150}, 'v', {i})" for i in range(300)))
     schema = load_table_schema(admin, TableId(database, "t"))
-    with contextlib.closing(cdc_endpoint.connect()) as conn:
-        splits = ChunkSplitter(conn, schema, SplitterOptions(chunk_size=100, chunk_key_column="id")).next_chunks(100)
+    column = schema.column("id")
+    with contextlib.closing(mysql_dialect.connect()) as conn:
+        queries = mysql_dialect.split_queries(conn, schema, column)
+        splits = ChunkSplitter(queries, schema, column, SplitterOptions(chunk_size=100)).next_chunks(100)
     dml = ["DELETE FROM t WHERE id = 60 AND n = 60", "INSERT INTO t VALUES (61, 'v', 61)",
            "UPDATE t SET v = 'w' WHERE n = 62"]
     for i, split in enumerate(splits):
         statements = dml if i == 0 else []
-        result = reader_for(schema).read(split, ReadHooks(after_select=lambda s=statements: run(admin, *s)))
-        sql, params = split.where_clause()
+        result = reader_for(schema)(split, ReadHooks(after_select=lambda s=statements: run(admin, *s)))
+        sql, params = range_predicate(split.key_column, split.start, split.end)
         with contextlib.closing(cdc_endpoint.connect(database)) as conn, conn.cursor() as cur:
             cur.execute(f"SELECT id, v, n FROM t WHERE {sql}", params)
             expected = sorted(cur.fetchall(), key=repr)
@@ -199,12 +192,12 @@ def test_keyless_table_with_chunk_key_column(
 
 def test_concurrent_random_writers(
     admin: Conn, database: str, cdc_endpoint: ConnectionSettings, mysql_server: Any,
-    reader_for: Callable[..., ChunkReader],
+    reader_for: Callable[..., Callable[..., ChunkResult]], mysql_dialect: MySqlDialect,
 ) -> None:
     schema = make_table(admin, database, rows=400)
-    splits = chunks(cdc_endpoint, schema, size=40)
+    splits = chunks(mysql_dialect, schema, size=40)
     writers = [RandomWriter(mysql_server, database, "t", seed, key_space=400) for seed in (1, 2)]
-    reader = reader_for(schema)
+    read = reader_for(schema)
     with writing(*writers):
         merged = 0
         for split in splits * 2:
@@ -218,7 +211,7 @@ def test_concurrent_random_writers(
             # paused until the range has been compared with a fresh SELECT (the state at HW).
             with pause:
                 hooks = ReadHooks(after_select=pause_writers)
-                result = reader.read(split, hooks)
+                result = read(split, hooks)
                 assert as_rows(result) == fresh_select(cdc_endpoint, split), split.split_name
             merged += result.changes_applied
     assert sum(w.statements for w in writers) > 100

@@ -20,8 +20,8 @@ import pytest
 import yaml
 
 from cdc.app.cli import job_main, main
+from cdc.app.config import config_reference
 from cdc.app.sandbox.mysql import Sandbox
-from cdc.model.config import config_reference
 
 ROOT = Path(__file__).resolve().parent.parent
 PASSWORD_ENV = "TEST_CLI_PASSWORD"

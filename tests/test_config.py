@@ -8,13 +8,9 @@ from typing import Any
 
 import pytest
 
-from cdc.model.config import (
-    config_reference,
-    load_config,
-    parse_config,
-    parse_duration_s,
-    server_id_range,
-)
+from binlog.mysql.config import server_id_range
+from cdc.app.config import config_reference, load_config, parse_config
+from cdc.model.config import parse_duration_s
 from cdc.model.errors import ConfigError
 
 GOOD: dict[str, Any] = {

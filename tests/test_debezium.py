@@ -38,6 +38,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from binlog.mysql.blocks import change_source
+from binlog.mysql.positions import ChangePosition
+from binlog.mysql.types import mysql_column, mysql_table
 from cdc.model.debezium.codec import (
     ChangeRecord,
     DebeziumFormatError,
@@ -54,7 +57,6 @@ from cdc.model.debezium.codec import (
 from cdc.model.debezium.connect import SOURCE_FIELDS, DebeziumOptions
 from cdc.model.errors import Terminal
 from cdc.model.events import OPS, ChangeEvent, Op
-from cdc.model.positions import BinlogOffset, ChangePosition
 from cdc.model.schema import Column, TableId, TableSchema
 
 FIXTURES = Path(__file__).parent / "fixtures" / "debezium"
@@ -67,7 +69,7 @@ def fixture(name: str) -> dict[str, Any]:
 
 def col(name: str, data_type: str, column_type: str | None = None, nullable: bool = True,
         **kw: Any) -> Column:
-    return Column(name, data_type, column_type or data_type, nullable, **kw)
+    return mysql_column(name, data_type, column_type or data_type, nullable, **kw)
 
 
 # --- column kinds for generated tables ---------------------------------------------------------
@@ -85,7 +87,7 @@ class Kind:
     schemaless: Callable[[Any], Any] = lambda x: x
 
     def column(self, name: str, nullable: bool) -> Column:
-        return Column(name, self.data_type, self.column_type, nullable, **dict(self.extra))
+        return mysql_column(name, self.data_type, self.column_type, nullable, **dict(self.extra))
 
 
 def decimals(precision: int, scale: int) -> st.SearchStrategy[Decimal]:
@@ -180,7 +182,7 @@ def tables(draw: st.DrawFn, kinds: list[str] | None = None) -> tuple[TableSchema
     by_column = {f"c{i}": KINDS[k] for i, k in enumerate([key, *rest])}
     columns = tuple(kind.column(name, nullable=name != "c0" and draw(st.booleans()))
                     for name, kind in by_column.items())
-    return TableSchema(TableId("inv", draw(st.sampled_from(["t", "订单"]))), columns, ("c0",)), by_column
+    return mysql_table(TableId("inv", draw(st.sampled_from(["t", "订单"]))), columns, ("c0",)), by_column
 
 
 def rows(schema: TableSchema, kinds: dict[str, Kind]) -> st.SearchStrategy[dict[str, Any]]:
@@ -276,7 +278,7 @@ def test_lossy_modes_round_trip_values_they_can_hold(row: dict[str, Any]) -> Non
     """time.precision.mode=connect holds milliseconds within a day; decimal.handling.mode=double
     holds 15 significant digits."""
     options = DebeziumOptions(time_precision_mode="connect", decimal_handling_mode="double")
-    schema = TableSchema(TableId("inv", "t"), tuple(k.column(n, True) for n, k in CONNECT_KINDS.items()), ())
+    schema = mysql_table(TableId("inv", "t"), tuple(k.column(n, True) for n, k in CONNECT_KINDS.items()), ())
     record = ChangeRecord("c", None, row, source_info())
     value = encode_value(record, schema, schemas_enabled=True, options=options)
     assert decode_value(value, schema, options=options) == record
@@ -295,13 +297,13 @@ def source_info(**kw: Any) -> SourceInfo:
 
 # --- Debezium's documented messages ------------------------------------------------------------
 
-CUSTOMERS = TableSchema(TableId("inventory", "customers"), (
+CUSTOMERS = mysql_table(TableId("inventory", "customers"), (
     col("id", "int", "int(11)", False),
     col("first_name", "varchar", "varchar(255)", False),
     col("last_name", "varchar", "varchar(255)", False),
     col("email", "varchar", "varchar(255)", False),
 ), ("id",))
-PRODUCTS_ON_HAND = TableSchema(TableId("inventory", "products_on_hand"), (
+PRODUCTS_ON_HAND = mysql_table(TableId("inventory", "products_on_hand"), (
     col("product_id", "int", "int(11)", False), col("quantity", "int", "int(11)", False),
 ), ("product_id",))
 
@@ -439,7 +441,7 @@ def test_documented_keys(name: str, schema: TableSchema, row: dict[str, int]) ->
 
 def encoded(column: Column, value: Any, **options: Any) -> tuple[Any, dict[str, Any]]:
     """(JSON value, field schema) of one column value."""
-    schema = TableSchema(TableId("d", "t"), (column,), ())
+    schema = mysql_table(TableId("d", "t"), (column,), ())
     record = ChangeRecord("c", None, {column.name: value}, source_info(db="d"))
     out = orjson.loads(encode_value(record, schema, schemas_enabled=True,
                                     options=DebeziumOptions(**options)))
@@ -524,7 +526,8 @@ def test_spatial_values_travel_as_debezium_geometry_structs() -> None:
 def test_record_from_event_fills_the_source_block() -> None:
     event = ChangeEvent(TableId("inv", "t"), "u", {"id": 1}, {"id": 1},
                         ChangePosition("mysql-bin.000003", 484, 2), ts_ms=1465581029000,
-                        gtid="0-1-7", server_id=223344, thread=7, query="UPDATE t SET id=1")
+                        source=change_source(223344, "0-1-7", "mysql-bin.000003", 484, 2, 7,
+                                             "UPDATE t SET id=1"))
     record = record_from_event(event, connector_name="dbserver1")
     assert record.source == SourceInfo(
         version=record.source.version, connector="mysql", name="dbserver1", ts_ms=1465581029000,
@@ -540,10 +543,10 @@ def test_snapshot_reads_take_their_position_from_the_offset() -> None:
     with pytest.raises(DebeziumFormatError, match="pass offset="):
         record_from_event(event, connector_name="x")
     record = record_from_event(event, connector_name="x", snapshot="last",
-                               offset=BinlogOffset("mysql-bin.000002", 154))
+                               offset={"file": "mysql-bin.000002", "pos": 154})
     assert (record.source.file, record.source.pos, record.source.row) == ("mysql-bin.000002", 154, 0)
     assert record.source.snapshot == "last"
-    assert record_from_event(event, connector_name="x", offset=BinlogOffset("b.000001", 4)) \
+    assert record_from_event(event, connector_name="x", offset={"file": "b.000001", "pos": 4}) \
         .source.snapshot == "true"
     with pytest.raises(DebeziumFormatError, match="snapshot='yes'"):
         record_from_event(event, connector_name="x", snapshot="yes")
@@ -598,7 +601,7 @@ def test_malformed_messages_name_the_field(data: bytes, message: str) -> None:
     (col("v", "point"), {"x": 1}, "expected geometry struct with wkb"),
 ])
 def test_malformed_values_name_the_column(column: Column, json_value: Any, message: str) -> None:
-    schema = TableSchema(TableId("d", "t"), (column,), ())
+    schema = mysql_table(TableId("d", "t"), (column,), ())
     good = orjson.loads(encode_value(ChangeRecord("c", None, {"v": None}, source_info(db="d")),
                                      schema, schemas_enabled=False))
     good["after"]["v"] = json_value
@@ -613,7 +616,7 @@ def test_malformed_values_name_the_column(column: Column, json_value: Any, messa
     (col("v", "date"), "2020-01-01", "after.v: cannot encode '2020-01-01'"),
 ])
 def test_values_that_cannot_be_encoded_name_the_column(column: Column, value: Any, message: str) -> None:
-    schema = TableSchema(TableId("d", "t"), (column,), ())
+    schema = mysql_table(TableId("d", "t"), (column,), ())
     record = ChangeRecord("c", None, {"v": value}, source_info(db="d"))
     with pytest.raises(DebeziumFormatError, match=message):
         encode_value(record, schema, schemas_enabled=False,
@@ -663,7 +666,7 @@ def test_options_reject_unknown_modes() -> None:
 def test_rows_read_from_the_server_round_trip(admin: Any, database: str) -> None:
     """Column metadata from information_schema drives the encoding; values SELECTed back from
     the server (typed as the readers type them) survive encode -> decode."""
-    from cdc.model.schema import load_table_schema
+    from binlog.mysql.types import load_table_schema
 
     with admin.cursor() as cur:
         cur.execute(
@@ -683,7 +686,8 @@ def test_rows_read_from_the_server_round_trip(admin: Any, database: str) -> None
     schema = load_table_schema(admin, TableId(database, "t"))
     row["at"] = row["at"].replace(tzinfo=UTC)  # and TIMESTAMP as UTC-aware
     row["wide"] = format(row["wide"], "f")  # and DECIMAL wider than 38 digits as text
-    event = ChangeEvent(schema.table_id, "c", None, row, ChangePosition("mysql-bin.000001", 4, 0))
+    event = ChangeEvent(schema.table_id, "c", None, row, ChangePosition("mysql-bin.000001", 4, 0),
+                        source=change_source(1, None, "mysql-bin.000001", 4, 0, None, None))
     record = record_from_event(event, connector_name="srv", connector="mariadb")
     value = encode_value(record, schema, schemas_enabled=True)
     decoded = decode_value(value, schema)

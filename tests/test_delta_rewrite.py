@@ -21,28 +21,29 @@ from change_batches import (
     row,
 )
 
+import sinks.delta.engines
 import sinks.delta.rewrite
-import sinks.delta.sink
 from cdc.model.schema import TableSchema
+from sinks.delta.config import DeltaSinkConfig
+from sinks.delta.engines import DeltaTables
 from sinks.delta.files import commit_snapshot_files, write_snapshot_files
-from sinks.delta.sink import DeltaSink, DeltaSinkConfig
 
 
 @pytest.fixture
 def rewrites(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """Records whether each mirror write took the rewrite (True) or declined to MERGE (False)."""
     seen: list[bool] = []
-    real = sinks.delta.sink.rewrite_all
+    real = sinks.delta.engines.rewrite_all
 
     def spy(*args: Any, **kwargs: Any) -> bool:
         seen.append(real(*args, **kwargs))
         return seen[-1]
 
-    monkeypatch.setattr(sinks.delta.sink, "rewrite_all", spy)
+    monkeypatch.setattr(sinks.delta.engines, "rewrite_all", spy)
     return seen
 
 
-def snapshot(sink: DeltaSink, schema: TableSchema, keys: list[tuple[Any, ...]], files: int,
+def snapshot(sink: DeltaTables, schema: TableSchema, keys: list[tuple[Any, ...]], files: int,
              model: dict[Any, Any]) -> None:
     """Keys spread over ``files`` snapshot files (each a key range), committed as batch 0."""
     events = [event("r", None, row(schema, k, c_int=i), i) for i, k in enumerate(keys)]
@@ -53,7 +54,7 @@ def snapshot(sink: DeltaSink, schema: TableSchema, keys: list[tuple[Any, ...]], 
     apply(model, schema, events)
 
 
-def mirror(sink: DeltaSink, schema: TableSchema) -> Any:
+def mirror(sink: DeltaTables, schema: TableSchema) -> Any:
     uri = sink.config.uri(schema.table_id, "mirror")
     return frozen_rows(deltalake.DeltaTable(uri).to_pyarrow_table().to_pylist())
 
@@ -61,7 +62,7 @@ def mirror(sink: DeltaSink, schema: TableSchema) -> Any:
 @pytest.mark.parametrize("schema", [SINGLE_KEY, COMPOSITE_KEY], ids=["single-key", "composite-key"])
 def test_rewrite_when_every_file_is_touched_else_merge(schema: TableSchema, tmp_path: Path,
                                                        rewrites: list[bool]) -> None:
-    sink = DeltaSink(DeltaSinkConfig(path=str(tmp_path), engine="delta-rs"), query_id="q")
+    sink = DeltaTables(DeltaSinkConfig(path=str(tmp_path), engine="delta-rs"), query_id="q")
     keys = [(i,) if schema is SINGLE_KEY else (i, f"k{i}") for i in range(300)]
     model: dict[Any, Any] = {}
     snapshot(sink, schema, keys, files=3, model=model)
@@ -85,7 +86,7 @@ def test_new_rows_are_written_in_key_order_in_bounded_files(tmp_path: Path, rewr
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sinks.delta.rewrite, "UPSERT_FILE_ROWS", 2)
     schema = SINGLE_KEY
-    sink = DeltaSink(DeltaSinkConfig(path=str(tmp_path), engine="delta-rs"), query_id="q")
+    sink = DeltaTables(DeltaSinkConfig(path=str(tmp_path), engine="delta-rs"), query_id="q")
     keys = [(i,) for i in range(0, 300, 3)]
     model: dict[Any, Any] = {}
     snapshot(sink, schema, keys, files=2, model=model)

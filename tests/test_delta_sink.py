@@ -34,17 +34,19 @@ from change_batches import (
 from deltalake import DeltaTable, QueryBuilder
 from pydantic import ValidationError
 
+from binlog.mysql.types import mysql_column, mysql_table
 from cdc.model.errors import ConfigError
-from cdc.model.schema import Column, TableId, TableSchema
+from cdc.model.schema import TableId, TableSchema
 from sinks.base import InvalidChangeBatch, SinkSchemaMismatch
 from sinks.changes import DELETE_FLAG, mirror_changes, mirror_schema, normalize
+from sinks.delta.config import DeltaSinkConfig
+from sinks.delta.engines import DeltaTables
 from sinks.delta.files import (
     StagedFile,
     commit_snapshot_files,
     file_stats,
     write_snapshot_files,
 )
-from sinks.delta.sink import DeltaSink, DeltaSinkConfig
 from sinks.delta.spark_engine import DELTA_CLASS, jvm_has_class
 from sinks.delta.tables import TableKind, stats_columns
 
@@ -73,7 +75,7 @@ def snapshot_chunk(schema: TableSchema, ids: range, pos: int = 100) -> pa.Table:
 # ---------------------------------------------------------------- table metadata
 
 def test_tables_record_key_kind_and_safe_statistics_columns(config: DeltaSinkConfig) -> None:
-    DeltaSink(config, "q").write_batch(
+    DeltaTables(config, "q").write_batch(
         COMPOSITE_KEY, batch(COMPOSITE_KEY, [event("c", None, row(COMPOSITE_KEY, (1, "a")), 1)]), 0
     )
     mirror = table(config, COMPOSITE_KEY, "mirror")
@@ -95,7 +97,7 @@ def test_tables_record_key_kind_and_safe_statistics_columns(config: DeltaSinkCon
 
 
 def test_time_columns_are_int64_microseconds_tagged_in_the_schema(config: DeltaSinkConfig) -> None:
-    DeltaSink(config, "q").write_batch(
+    DeltaTables(config, "q").write_batch(
         SINGLE_KEY, batch(SINGLE_KEY, [event("c", None, row(SINGLE_KEY, (1,), **VALUES), 1)]), 0
     )
     field = next(f for f in table(config, SINGLE_KEY, "mirror").schema().fields
@@ -107,9 +109,9 @@ def test_time_columns_are_int64_microseconds_tagged_in_the_schema(config: DeltaS
 
 
 def test_names_that_need_quoting_work_as_keys(config: DeltaSinkConfig) -> None:
-    schema = TableSchema(TableId("db", "odd"), (Column("my key", "int", "int", False),
-                                                Column("v.x", "int", "int", True)), ("my key",))
-    sink = DeltaSink(config, "q")
+    schema = mysql_table(TableId("db", "odd"), (mysql_column("my key", "int", "int", False),
+                                                mysql_column("v.x", "int", "int", True)), ("my key",))
+    sink = DeltaTables(config, "q")
     sink.write_batch(schema, batch(schema, [event("c", None, {"my key": 1, "v.x": 1}, 1)]), 0)
     sink.write_batch(schema, batch(schema, [
         event("u", {"my key": 1, "v.x": 1}, {"my key": 1, "v.x": 2}, 2)]), 1)
@@ -127,7 +129,7 @@ def test_readers_find_keys_whose_statistics_delta_rs_would_clamp(
     s, top = WIDE_KEY, Decimal(2**64 - 1)
     t = dt.datetime(2020, 1, 1, 0, 0, 0, 999)
     events = [event("r", None, row(s, (top, t)), 1), event("r", None, row(s, (Decimal(1), t)), 1)]
-    sink = DeltaSink(config, "q")
+    sink = DeltaTables(config, "q")
     sink.write_batch(s, batch(s, events), 0, snapshot_append=snapshot_append)
     sink.write_batch(s, batch(s, [event("u", row(s, (top, t)), row(s, (top, t), c_int=9), 5)]), 1)
     uri = config.uri(s.table_id, "mirror")
@@ -140,7 +142,7 @@ def test_readers_find_keys_whose_statistics_delta_rs_would_clamp(
 # ---------------------------------------------------------------- append vs merge
 
 def test_snapshot_append_appends_and_merge_merges(config: DeltaSinkConfig) -> None:
-    sink = DeltaSink(config, "q")
+    sink = DeltaTables(config, "q")
     sink.write_batch(SINGLE_KEY, snapshot_chunk(SINGLE_KEY, range(3)), 0, snapshot_append=True)
     sink.write_batch(SINGLE_KEY, snapshot_chunk(SINGLE_KEY, range(3, 6)), 1)
     mixed = batch(SINGLE_KEY, [event("r", None, row(SINGLE_KEY, (7,)), 5),
@@ -168,7 +170,7 @@ def _parquet_files(config: DeltaSinkConfig, schema: TableSchema, kind: TableKind
 
 def test_staged_files_stay_invisible_until_one_commit_per_table(config: DeltaSinkConfig) -> None:
     s = SINGLE_KEY
-    sink = DeltaSink(config, "q")
+    sink = DeltaTables(config, "q")
     sink.write_batch(s, batch(s, [event("c", None, row(s, (1000,)), 1)]), 0)
     before = {k: table(config, s, k).version() for k in ("mirror", "changelog")}
 
@@ -200,7 +202,7 @@ def test_staged_files_stay_invisible_until_one_commit_per_table(config: DeltaSin
 def test_snapshot_files_and_batch_writes_share_a_batch_id(config: DeltaSinkConfig) -> None:
     s = SINGLE_KEY
     commit_snapshot_files(config, s, _staged_chunks(config, s), "q", 4)
-    DeltaSink(config, "q").write_batch(s, batch(s, [event("c", None, row(s, (500,)), 9)]), 4)
+    DeltaTables(config, "q").write_batch(s, batch(s, [event("c", None, row(s, (500,)), 9)]), 4)
     assert table(config, s, "mirror").count() == 121
 
 
@@ -219,8 +221,8 @@ def test_staged_file_statistics_are_true_bounds(config: DeltaSinkConfig) -> None
     high = row(s, (2,), **VALUES)
     chunk = batch(s, [event("r", None, r, 7) for r in (low, high, row(s, (3,)))])
     commit_snapshot_files(config, s, write_snapshot_files(config, s, chunk), "q", 0)
-    DeltaSink(config, "q").write_batch(  # the same rows through delta-rs's writer, for reference
-        TableSchema(TableId("shop", "ref"), s.columns, s.primary_key), chunk, 0,
+    DeltaTables(config, "q").write_batch(  # the same rows through delta-rs's writer, for reference
+        mysql_table(TableId("shop", "ref"), s.columns, s.primary_key), chunk, 0,
         snapshot_append=True)
     ours = json.loads(_stats(config, s.table_id))
     theirs = json.loads(_stats(config, TableId("shop", "ref")))
@@ -268,15 +270,15 @@ def test_bulk_path_refuses_non_snapshot_rows_and_other_tables(config: DeltaSinkC
 
 def test_a_changed_schema_or_key_is_refused_with_the_fix(config: DeltaSinkConfig) -> None:
     s = SINGLE_KEY
-    DeltaSink(config, "q").write_batch(s, batch(s, [event("c", None, row(s, (1,)), 1)]), 0)
-    wider = TableSchema(s.table_id, (*s.columns, Column("extra", "int", "int", True)), ("id",))
+    DeltaTables(config, "q").write_batch(s, batch(s, [event("c", None, row(s, (1,)), 1)]), 0)
+    wider = mysql_table(s.table_id, (*s.columns, mysql_column("extra", "int", "int", True)), ("id",))
     with pytest.raises(SinkSchemaMismatch, match="does not evolve schemas") as info:
-        DeltaSink(config, "q").write_batch(wider, batch(wider, [
+        DeltaTables(config, "q").write_batch(wider, batch(wider, [
             event("c", None, row(wider, (2,)), 2)]), 1)
     assert pickle.loads(pickle.dumps(info.value)).context["table"] == "shop.items"
-    rekeyed = TableSchema(s.table_id, s.columns, ("id", "c_int"))
+    rekeyed = mysql_table(s.table_id, s.columns, ("id", "c_int"))
     with pytest.raises(SinkSchemaMismatch, match="keyed on"):
-        DeltaSink(config, "q").write_batch(rekeyed, batch(rekeyed, [
+        DeltaTables(config, "q").write_batch(rekeyed, batch(rekeyed, [
             event("c", None, row(rekeyed, (2, 3)), 2)]), 1)
 
 
@@ -290,19 +292,19 @@ def test_invalid_batches_are_refused(
 ) -> None:
     full = [{**event("c", None, None, 1), **e} for e in events]
     with pytest.raises(InvalidChangeBatch, match=message):
-        DeltaSink(config, "q").write_batch(SINGLE_KEY, batch(SINGLE_KEY, full), 0)
+        DeltaTables(config, "q").write_batch(SINGLE_KEY, batch(SINGLE_KEY, full), 0)
 
 
 def test_batches_with_wrong_columns_are_refused(config: DeltaSinkConfig) -> None:
     changes = batch(SINGLE_KEY, [event("c", None, row(SINGLE_KEY, (1,)), 1)])
     with pytest.raises(InvalidChangeBatch, match="lacks columns"):
-        DeltaSink(config, "q").write_batch(SINGLE_KEY, changes.drop_columns(["source"]), 0)
+        DeltaTables(config, "q").write_batch(SINGLE_KEY, changes.drop_columns(["source"]), 0)
     with pytest.raises(InvalidChangeBatch, match="does not match"):
-        DeltaSink(config, "q").write_batch(COMPOSITE_KEY, changes, 0)
-    reserved = TableSchema(TableId("db", "r"), (Column(DELETE_FLAG, "int", "int", False),),
+        DeltaTables(config, "q").write_batch(COMPOSITE_KEY, changes, 0)
+    reserved = mysql_table(TableId("db", "r"), (mysql_column(DELETE_FLAG, "int", "int", False),),
                            (DELETE_FLAG,))
     with pytest.raises(InvalidChangeBatch, match="reserved"):
-        DeltaSink(config, "q").write_batch(reserved, batch(reserved, []), 0)
+        DeltaTables(config, "q").write_batch(reserved, batch(reserved, []), 0)
 
 
 # ---------------------------------------------------------------- the reduction
@@ -335,7 +337,7 @@ def test_config_validates_and_hides_storage_options() -> None:
     with pytest.raises(ValidationError):
         DeltaSinkConfig(path="/x", engine="spark")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="query id"):
-        DeltaSink(DeltaSinkConfig(path="/x"), "")
+        DeltaTables(DeltaSinkConfig(path="/x"), "")
 
 
 @pytest.fixture(scope="module")
@@ -357,11 +359,11 @@ def test_engine_auto_falls_back_to_delta_rs_without_delta_classes(
     config: DeltaSinkConfig, spark_without_delta: Any
 ) -> None:
     auto = config.model_copy(update={"engine": "auto"})
-    assert DeltaSink(auto, "q", spark=spark_without_delta).engine_name == "delta-rs"
-    assert DeltaSink(auto, "q").engine_name == "delta-rs"  # the active session, same answer
+    assert DeltaTables(auto, "q", spark=spark_without_delta).engine_name == "delta-rs"
+    assert DeltaTables(auto, "q").engine_name == "delta-rs"  # the active session, same answer
     spark_only = config.model_copy(update={"engine": "delta-spark"})
     with pytest.raises(ConfigError, match="delta-spark") as info:
-        DeltaSink(spark_only, "q", spark=spark_without_delta)
+        DeltaTables(spark_only, "q", spark=spark_without_delta)
     assert info.value.context["key"] == "sink.engine"
     assert not jvm_has_class(spark_without_delta, DELTA_CLASS)
     assert jvm_has_class(spark_without_delta, "org.apache.spark.sql.SparkSession")

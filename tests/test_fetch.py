@@ -29,8 +29,9 @@ from binlog.mysql.fetch import (
     sql_literal,
 )
 from binlog.mysql.keys import range_predicate
+from binlog.mysql.types import load_table_schema, quoted_table
 from cdc.model.errors import AuthenticationFailed, ConfigError, TableNotFound
-from cdc.model.schema import Column, TableId, TableSchema, load_table_schema
+from cdc.model.schema import Column, TableId, TableSchema
 
 BACKENDS = ["connectorx", "mysqlclient", "pymysql"]
 UTC = dt.timezone.utc
@@ -162,7 +163,7 @@ def expected_table(schema: TableSchema) -> pa.Table:
 def plain_pymysql_table(cdc: ConnectionSettings, schema: TableSchema) -> pa.Table:
     """``SELECT *`` through pymysql's converters, turned into Arrow value by value."""
     with contextlib.closing(cdc.connect()) as conn, conn.cursor() as cur:
-        cur.execute(f"SELECT * FROM {schema.table_id.quoted()} ORDER BY id")
+        cur.execute(f"SELECT * FROM {quoted_table(schema.table_id)} ORDER BY id")
         rows = cur.fetchall()
     columns = [
         pa.array([plain_value(col, row[i]) for row in rows], type=col.arrow_type())
@@ -293,7 +294,7 @@ def test_nasty_literals_are_bound_safely(
     if no_backslash_escapes:
         global_setting("sql_mode", "NO_BACKSLASH_ESCAPES")
     with contextlib.closing(cdc_endpoint.connect()) as conn, conn.cursor() as cur:
-        cur.execute(f"SELECT `k%``ey` FROM {nasty_schema.table_id.quoted()} ORDER BY 1")
+        cur.execute(f"SELECT `k%``ey` FROM {quoted_table(nasty_schema.table_id)} ORDER BY 1")
         ordered = [r[0] for r in cur.fetchall()]  # the server's order, PAD SPACE included
     for i, value in enumerate(ordered):
         end = ordered[i + 1] if i + 1 < len(ordered) else None

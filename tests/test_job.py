@@ -14,15 +14,15 @@ from typing import Any
 
 import pytest
 import yaml
+from faults import FileFaults
 from pipeline import Pipeline, assert_mirror_equals_source
 
 from cdc.app.cli import main
+from cdc.app.config import parse_config
 from cdc.app.runner import JobFailed, JobRunner
 from cdc.app.sandbox.mysql import Sandbox, free_port
-from cdc.model.config import JobConfig, parse_config
+from cdc.model.config import JobConfig
 from cdc.model.errors import ConfigError
-from cdc.spark import faults
-from cdc.spark.state import StateStore
 
 PASSWORD_ENV = "TEST_JOB_PASSWORD"
 
@@ -174,7 +174,7 @@ def test_startup_modes(mode: str, first: int, second: int, spark: Any, mysql_ser
     assert mirror.num_rows == second
     if mode != "snapshot":
         assert {r["id"]: r["v"] for r in mirror.to_pylist()}[10] == "changed"
-    assert summary.tables[f"{database}.t"].mirror == second
+    assert summary.tables[f"{database}.t"]["mirror rows"] == second
 
 
 # --- a whole database, restarts, refused checkpoints ---------------------------------------------
@@ -228,7 +228,7 @@ def test_whole_database_with_five_key_types_then_changes_then_restart(
         assert_mirror_equals_source(p, table_id.table, schema)
         reads = [r for r in p.changelog(table_id.table).to_pylist() if r["op"] == "r"]
         assert len(reads) == 300, f"{table_id}: the snapshot was read once, not again by the restart"
-        assert second.tables[str(table_id)].mirror == source_rows(mysql_server, database, table_id.table)
+        assert second.tables[str(table_id)]["mirror rows"] == source_rows(mysql_server, database, table_id.table)
 
 
 def test_checkpoint_of_another_source_is_refused(spark: Any, mysql_server: Sandbox, database: str,
@@ -254,7 +254,7 @@ def test_checkpoint_of_another_source_is_refused(spark: Any, mysql_server: Sandb
         after = sorted(str(p) for p in tmp_path.rglob("*"))
         assert after == before, "a refused start writes nothing"
         summary = JobRunner(config_of(raw_config(mysql_server, database, tmp_path, tables=both)), spark).run(once=True)
-        assert summary.tables[f"{other}.t"].mirror == 1
+        assert summary.tables[f"{other}.t"]["mirror rows"] == 1
     finally:
         mysql_server.drop_database(other)
 
@@ -266,13 +266,14 @@ def test_a_failure_mid_run_is_one_line_and_the_next_run_resumes(
         cur.execute("CREATE TABLE t (id INT PRIMARY KEY)")
         cur.execute("INSERT INTO t VALUES " + ",".join(f"({i})" for i in range(250)))
     config = config_of(raw_config(mysql_server, database, tmp_path, chunks_per_batch=1))
-    faults.arm(StateStore(config.state_path()), "plan", after=1)  # the driver dies planning batch 2
+    faults = FileFaults(tmp_path / "faults")
+    faults.arm("plan", after=1)  # the driver dies planning batch 2
     with pytest.raises(JobFailed) as info:
-        JobRunner(config, spark).run(once=True)
+        JobRunner(config, spark, hooks=faults).run(once=True)
     assert str(info.value) == "injected fault at plan"
     summary = JobRunner(config, spark).run(once=True)
-    assert summary.tables[f"{database}.t"].mirror == 250
-    assert summary.tables[f"{database}.t"].changelog == 250
+    assert summary.tables[f"{database}.t"]["mirror rows"] == 250
+    assert summary.tables[f"{database}.t"]["changelog rows"] == 250
 
 
 # --- secrets -------------------------------------------------------------------------------------

@@ -12,9 +12,10 @@ import pytest
 from change_batches import SINGLE_KEY, apply, batch, event, frozen_rows, model_rows, row
 
 from cdc.model.schema import TableSchema
+from sinks.delta.config import DeltaSinkConfig
+from sinks.delta.engines import DeltaTables
 from sinks.delta.files import commit_change_files, read_change_files, write_change_files
 from sinks.delta.follower import ChangelogGap, MirrorFollower, changelog_batches_after
-from sinks.delta.sink import DeltaSink, DeltaSinkConfig
 
 S = SINGLE_KEY
 
@@ -40,16 +41,16 @@ def random_batches(n: int, seed: int = 7) -> list[list[dict[str, Any]]]:
     return out
 
 
-def mirror_rows(sink: DeltaSink, schema: TableSchema) -> Any:
+def mirror_rows(sink: DeltaTables, schema: TableSchema) -> Any:
     return frozen_rows(deltalake.DeltaTable(sink.config.uri(schema.table_id, "mirror")).to_pyarrow_table().to_pylist())
 
 
 @pytest.fixture
-def sink(tmp_path: Path) -> DeltaSink:
-    return DeltaSink(DeltaSinkConfig(path=str(tmp_path / "lake"), engine="delta-rs"), query_id="q")
+def sink(tmp_path: Path) -> DeltaTables:
+    return DeltaTables(DeltaSinkConfig(path=str(tmp_path / "lake"), engine="delta-rs"), query_id="q")
 
 
-def test_background_merges_coalesce_and_equal_the_events_applied_in_order(sink: DeltaSink) -> None:
+def test_background_merges_coalesce_and_equal_the_events_applied_in_order(sink: DeltaTables) -> None:
     batches, model = random_batches(12), dict[Any, Any]()
     follower = MirrorFollower(sink, {S.table_id: S})
     for batch_id, events in enumerate(batches):
@@ -63,7 +64,7 @@ def test_background_merges_coalesce_and_equal_the_events_applied_in_order(sink: 
     assert table.transaction_version(sink.app_id) == len(batches) - 1
 
 
-def test_a_mirror_behind_its_changelog_catches_up_on_recover(sink: DeltaSink) -> None:
+def test_a_mirror_behind_its_changelog_catches_up_on_recover(sink: DeltaTables) -> None:
     batches, model = random_batches(9, seed=11), dict[Any, Any]()
     for batch_id, events in enumerate(batches):
         if batch_id < 3:
@@ -79,7 +80,7 @@ def test_a_mirror_behind_its_changelog_catches_up_on_recover(sink: DeltaSink) ->
     assert follower.recover() == 0  # nothing left: a second start finds the mirror current
 
 
-def test_recover_refuses_when_the_changelog_lost_the_commits(sink: DeltaSink) -> None:
+def test_recover_refuses_when_the_changelog_lost_the_commits(sink: DeltaTables) -> None:
     for batch_id, events in enumerate(random_batches(4, seed=3)):
         (sink.write_batch if batch_id == 0 else sink.write_changelog)(S, batch(S, events), batch_id)
     uri = sink.config.uri(S.table_id, "changelog")
@@ -89,11 +90,12 @@ def test_recover_refuses_when_the_changelog_lost_the_commits(sink: DeltaSink) ->
         MirrorFollower(sink, {S.table_id: S}).recover()
 
 
-def test_a_failed_merge_surfaces_on_the_next_submit_or_drain(sink: DeltaSink) -> None:
-    def boom() -> None:
-        raise RuntimeError("disk full")
+def test_a_failed_merge_surfaces_on_the_next_submit_or_drain(sink: DeltaTables) -> None:
+    class DiskFull:
+        def reached(self, point: str) -> None:
+            raise RuntimeError("disk full")
 
-    follower = MirrorFollower(sink, {S.table_id: S}, before_merge=boom)
+    follower = MirrorFollower(sink, {S.table_id: S}, hooks=DiskFull())
     events = random_batches(1)[0]
     follower.submit(0, {S.table_id: batch(S, events)})
     with pytest.raises(RuntimeError, match="disk full"):
@@ -102,7 +104,7 @@ def test_a_failed_merge_surfaces_on_the_next_submit_or_drain(sink: DeltaSink) ->
         follower.submit(1, {S.table_id: batch(S, events)})
 
 
-def test_change_files_commit_once_per_batch_and_read_back_in_order(sink: DeltaSink) -> None:
+def test_change_files_commit_once_per_batch_and_read_back_in_order(sink: DeltaTables) -> None:
     config = sink.config
     events = random_batches(3, seed=5)
     for batch_id, evs in enumerate(events):

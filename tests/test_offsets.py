@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cdc.model.positions import BinlogOffset, ChangePosition, byte_cuts, max_offset
+from binlog.mysql.positions import BinlogOffset, ChangePosition, byte_cuts
+from cdc.model.positions import max_offset
 
 offsets = st.builds(
     BinlogOffset,

@@ -9,20 +9,27 @@ from decimal import Decimal
 
 import pytest
 
-from binlog.mysql.keys import KeyOrder, PaddedWeight, range_predicate, select_chunk_key, sql_param
+from binlog.mysql.keys import KeyOrder, PaddedWeight, chunkable, range_predicate, sql_param
+from binlog.mysql.types import mysql_column, mysql_table
 from cdc.model.errors import ConfigError, NoChunkKey
-from cdc.model.schema import Column, TableId, TableSchema
-from chunking.chunks import ChunkLocator, SnapshotSplit, decode_value, encode_value
-from chunking.splitter import SplitterOptions, SplitterState, choose_mode, distribution_factor
+from cdc.model.schema import TableId
+from chunking.chunks import SnapshotSplit, decode_value, encode_value
+from chunking.splitter import (
+    SplitterOptions,
+    SplitterState,
+    choose_mode,
+    distribution_factor,
+    select_chunk_key,
+)
 
 TID = TableId("shop", "orders")
-INT = Column("id", "int", "int(11)", nullable=False)
-BIGU = Column("id", "bigint", "bigint(20) unsigned", nullable=False)
-DEC = Column("amount", "decimal", "decimal(12,2)", nullable=False, precision=12, scale=2)
-VARCHAR = Column("name", "varchar", "varchar(20)", True, charset="utf8mb4",
+INT = mysql_column("id", "int", "int(11)", nullable=False)
+BIGU = mysql_column("id", "bigint", "bigint(20) unsigned", nullable=False)
+DEC = mysql_column("amount", "decimal", "decimal(12,2)", nullable=False, precision=12, scale=2)
+VARCHAR = mysql_column("name", "varchar", "varchar(20)", True, charset="utf8mb4",
                  collation="utf8mb4_general_ci")
-TS = Column("ts", "timestamp", "timestamp(6)", nullable=False, datetime_precision=6)
-BLOB = Column("b", "varbinary", "varbinary(16)", nullable=False)
+TS = mysql_column("ts", "timestamp", "timestamp(6)", nullable=False, datetime_precision=6)
+BLOB = mysql_column("b", "varbinary", "varbinary(16)", nullable=False)
 
 VALUES = [
     0, -1, 2**64 - 1, -(2**63), Decimal("123.45"), Decimal("-0.000000000000000000000000000001"),
@@ -77,37 +84,27 @@ def test_time_parameters_are_exact_for_negative_values() -> None:
     assert sql_param("x") == "x"
 
 
-def test_select_sql_lists_every_column_and_checks_the_table() -> None:
-    schema = TableSchema(TID, (INT, VARCHAR), ("id",))
-    split = SnapshotSplit(TID, 1, "id", 5, 9)
-    assert split.select_sql(schema) == (
-        "SELECT `id`, `name` FROM `shop`.`orders` WHERE `id` >= %s AND `id` < %s", (5, 9),
-    )
-    with pytest.raises(ValueError, match=r"schema of shop\.other"):
-        split.select_sql(TableSchema(TableId("shop", "other"), (INT,), ("id",)))
-
-
 def test_chunk_key_is_configured_column_else_first_primary_key_column() -> None:
-    composite = TableSchema(TID, (VARCHAR, INT), ("name", "id"))
-    assert select_chunk_key(composite).name == "name"
-    assert select_chunk_key(composite, "ID").name == "id"
+    composite = mysql_table(TID, (VARCHAR, INT), ("name", "id"))
+    assert select_chunk_key(composite, None, chunkable).name == "name"
+    assert select_chunk_key(composite, "ID", chunkable).name == "id"
     with pytest.raises(ConfigError, match=r"source\.chunk_key_columns.*no column 'nope'") as info:
-        select_chunk_key(composite, "nope")
+        select_chunk_key(composite, "nope", chunkable)
     assert info.value.context == {"table": "shop.orders", "column": "nope"}
 
 
 def test_table_without_key_names_the_option_to_set() -> None:
-    keyless = TableSchema(TID, (INT,), ())
+    keyless = mysql_table(TID, (INT,), ())
     with pytest.raises(NoChunkKey) as info:
-        select_chunk_key(keyless)
+        select_chunk_key(keyless, None, chunkable)
     assert 'source.chunk_key_columns: {"shop.orders": "<column>"}' in str(info.value)
     again = pickle.loads(pickle.dumps(info.value))
     assert type(again) is NoChunkKey and again.context["table"] == "shop.orders"
-    enum_pk = TableSchema(TID, (Column("e", "enum", "enum('a','b')", False),), ("e",))
+    enum_pk = mysql_table(TID, (mysql_column("e", "enum", "enum('a','b')", False),), ("e",))
     with pytest.raises(NoChunkKey, match="type enum"):
-        select_chunk_key(enum_pk)
+        select_chunk_key(enum_pk, None, chunkable)
     with pytest.raises(ConfigError, match="type float"):
-        select_chunk_key(TableSchema(TID, (Column("f", "float", "float", False), INT), ()), "f")
+        select_chunk_key(mysql_table(TID, (mysql_column("f", "float", "float", False), INT), ()), "f", chunkable)
 
 
 def test_options_name_the_bad_setting() -> None:
@@ -170,18 +167,10 @@ def test_local_key_order_puts_null_first_and_normalizes_timestamps() -> None:
         KeyOrder(VARCHAR)
 
 
-def test_locator_finds_chunks_by_bisect() -> None:
+def test_a_split_contains_the_keys_of_its_range() -> None:
     bounds = [None, 10, 20, 30, None]
     splits = [SnapshotSplit(TID, i, "id", bounds[i], bounds[i + 1]) for i in range(4)]
-    loc = ChunkLocator(splits, KeyOrder(INT))
-    ids = [s.split_id if s else None for s in loc.locate_values([None, -5, 9, 10, 19, 20, 30, 99])]
-    assert ids == [0, 0, 0, 1, 1, 2, 3, 3]
-    middle = ChunkLocator(splits[1:3], KeyOrder(INT))  # a run of chunks: [10, 30)
-    ids = [s.split_id if s else None for s in middle.locate_values([None, 9, 10, 29, 30])]
-    assert ids == [None, None, 1, 2, None]
     order = KeyOrder(INT)
-    assert splits[0].contains(order.sort_key(None), order)
-    assert not splits[1].contains(order.sort_key(None), order)
-    assert splits[3].contains(order.sort_key(10**12), order)
-    with pytest.raises(ValueError, match="not contiguous"):
-        ChunkLocator([splits[0], splits[2]], KeyOrder(INT))
+    for value, index in [(None, 0), (-5, 0), (9, 0), (10, 1), (19, 1), (20, 2), (30, 3), (10**12, 3)]:
+        assert [s.contains(order.sort_key(value), order) for s in splits] == [i == index for i in range(4)]
+

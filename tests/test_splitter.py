@@ -22,12 +22,14 @@ import pymysql
 import pytest
 
 from binlog.mysql.connection import ConnectionSettings
-from binlog.mysql.keys import KeyOrder
+from binlog.mysql.dialect import MySqlSplitQueries
+from binlog.mysql.keys import KeyOrder, chunkable, range_predicate, sql_ident
+from binlog.mysql.types import load_table_schema, quoted_table
 from cdc.app.sandbox.mysql import Sandbox
 from cdc.model.errors import ConfigError, NoChunkKey
-from cdc.model.schema import TableId, TableSchema, load_table_schema
-from chunking.chunks import ChunkLocator, SnapshotSplit
-from chunking.splitter import ChunkSplitter, SplitterOptions, SplitterState
+from cdc.model.schema import TableId, TableSchema
+from chunking.chunks import SnapshotSplit
+from chunking.splitter import ChunkSplitter, SplitterOptions, SplitterState, select_chunk_key
 
 CHUNK = 100
 Conn = pymysql.connections.Connection
@@ -49,8 +51,21 @@ def make_table(admin: Conn, ddl: str, rows: Sequence[tuple[Any, ...]]) -> None:
         cur.fetchall()
 
 
-def split_all(conn: Conn, schema: TableSchema, options: SplitterOptions) -> list[SnapshotSplit]:
-    splitter = ChunkSplitter(conn, schema, options)
+def splitter_of(conn: Conn, schema: TableSchema, options: SplitterOptions, key: str | None = None,
+                state: SplitterState | None = None) -> ChunkSplitter:
+    """The splitter the job builds: the MySQL dialect's queries on ``conn``."""
+    column = select_chunk_key(schema, key, chunkable)
+    return ChunkSplitter(MySqlSplitQueries(conn, schema.table_id, column), schema, column, options, state)
+
+
+def select_sql(chunk: SnapshotSplit, schema: TableSchema) -> tuple[str, tuple[Any, ...]]:
+    where, params = range_predicate(chunk.key_column, chunk.start, chunk.end)
+    columns = ", ".join(sql_ident(c) for c in schema.column_names)
+    return f"SELECT {columns} FROM {quoted_table(schema.table_id)} WHERE {where}", params
+
+
+def split_all(conn: Conn, schema: TableSchema, options: SplitterOptions, key: str | None = None) -> list[SnapshotSplit]:
+    splitter = splitter_of(conn, schema, options, key)
     chunks: list[SnapshotSplit] = []
     while not splitter.finished:
         chunks += splitter.next_chunks(7)
@@ -67,11 +82,11 @@ def check_coverage(conn: Conn, schema: TableSchema, chunks: list[SnapshotSplit])
     sizes = []
     with conn.cursor() as cur:
         for chunk in chunks:
-            cur.execute(*chunk.select_sql(schema))
+            cur.execute(*select_sql(chunk, schema))
             rows = cur.fetchall()
             sizes.append(len(rows))
             union.update(rows)
-        cur.execute(f"SELECT * FROM {schema.table_id.quoted()}")
+        cur.execute(f"SELECT * FROM {quoted_table(schema.table_id)}")
         everything = Counter(cur.fetchall())
     assert sum(sizes) == sum(everything.values())
     assert union == everything
@@ -83,7 +98,7 @@ def key_counts(conn: Conn, chunks: list[SnapshotSplit]) -> list[tuple[int, int]]
     counts = []
     with conn.cursor() as cur:
         for chunk in chunks:
-            where, params = chunk.where_clause()
+            where, params = range_predicate(chunk.key_column, chunk.start, chunk.end)
             k = f"`{chunk.key_column}`"
             cur.execute(f"SELECT COUNT({k}), COUNT(DISTINCT {k}) FROM t WHERE {where}", params)
             keys, distinct = cur.fetchone() or (0, 0)
@@ -159,9 +174,9 @@ def test_chunks_cover_every_row_once(name: str, admin: Conn, cdc: Conn, database
     case = CASES[name]
     make_table(admin, case.ddl, case.rows(random.Random(name)))
     schema = load_table_schema(cdc, TableId(database, "t"))
-    options = SplitterOptions(chunk_size=CHUNK, chunk_key_column=case.key)
-    assert ChunkSplitter(cdc, schema, options).state.mode == case.mode
-    chunks = split_all(cdc, schema, options)
+    options = SplitterOptions(chunk_size=CHUNK)
+    assert splitter_of(cdc, schema, options, case.key).state.mode == case.mode
+    chunks = split_all(cdc, schema, options, case.key)
     sizes = check_coverage(cdc, schema, chunks)
     assert len(chunks) > 5, sizes
     for chunk, (keys, distinct) in zip(chunks, key_counts(cdc, chunks), strict=True):
@@ -174,9 +189,9 @@ def test_null_keys_are_read_by_the_first_chunk(admin: Conn, cdc: Conn, database:
     make_table(admin, "CREATE TABLE t (id INT PRIMARY KEY, k VARCHAR(8) NULL)",
                [(i, None if i < 30 else f"{i:05d}") for i in range(1000)])
     schema = load_table_schema(cdc, TableId(database, "t"))
-    chunks = split_all(cdc, schema, SplitterOptions(chunk_size=CHUNK, chunk_key_column="k"))
+    chunks = split_all(cdc, schema, SplitterOptions(chunk_size=CHUNK), "k")
     with cdc.cursor() as cur:
-        cur.execute(*chunks[0].select_sql(schema))
+        cur.execute(*select_sql(chunks[0], schema))
         assert sum(1 for row in cur.fetchall() if row[1] is None) == 30
     check_coverage(cdc, schema, chunks)
 
@@ -185,7 +200,7 @@ def test_null_keys_are_read_by_the_first_chunk(admin: Conn, cdc: Conn, database:
 def test_empty_and_single_row_tables_are_one_chunk(rows: int, admin: Conn, cdc: Conn, database: str) -> None:
     make_table(admin, "CREATE TABLE t (id INT PRIMARY KEY)", [(5,)] * rows)
     schema = load_table_schema(cdc, TableId(database, "t"))
-    splitter = ChunkSplitter(cdc, schema, SplitterOptions(chunk_size=CHUNK))
+    splitter = splitter_of(cdc, schema, SplitterOptions(chunk_size=CHUNK))
     assert splitter.next_chunks(10) == [SnapshotSplit(schema.table_id, 0, "id", None, None)]
     assert splitter.finished and splitter.next_chunks(10) == []
 
@@ -194,9 +209,9 @@ def test_table_without_key_needs_a_chunk_key_column(admin: Conn, cdc: Conn, data
     make_table(admin, "CREATE TABLE t (k INT, v INT)", [(1, 1)])
     schema = load_table_schema(cdc, TableId(database, "t"))
     with pytest.raises(NoChunkKey, match=rf'source\.chunk_key_columns: {{"{database}\.t"'):
-        ChunkSplitter(cdc, schema, SplitterOptions())
+        splitter_of(cdc, schema, SplitterOptions())
     with pytest.raises(ConfigError, match="no column 'nope'"):
-        ChunkSplitter(cdc, schema, SplitterOptions(chunk_key_column="nope"))
+        splitter_of(cdc, schema, SplitterOptions(), "nope")
 
 
 @pytest.mark.parametrize("name", ["dense_int", "decimal_even", "datetime", "string_ci_key",
@@ -207,17 +222,17 @@ def test_state_round_trip_continues_where_it_stopped(
     case = CASES[name]
     make_table(admin, case.ddl, case.rows(random.Random(name)))
     schema = load_table_schema(cdc, TableId(database, "t"))
-    options = SplitterOptions(chunk_size=CHUNK, chunk_key_column=case.key)
-    whole = split_all(cdc, schema, options)
-    first = ChunkSplitter(cdc, schema, options)
+    options = SplitterOptions(chunk_size=CHUNK)
+    whole = split_all(cdc, schema, options, case.key)
+    first = splitter_of(cdc, schema, options, case.key)
     head = first.next_chunks(len(whole) // 2)
     saved = json.loads(json.dumps(first.state.to_dict()))
     with contextlib.closing(cdc_endpoint.connect(database)) as other:
-        second = ChunkSplitter(other, schema, options, SplitterState.from_dict(saved))
+        second = splitter_of(other, schema, options, case.key, SplitterState.from_dict(saved))
         tail = second.next_chunks(10**6)
     assert head + tail == whole
     with pytest.raises(ConfigError, match="was started with chunk key"):
-        ChunkSplitter(cdc, schema, options, SplitterState.from_dict({**saved, "key_column": "other"}))
+        splitter_of(cdc, schema, options, case.key, SplitterState.from_dict({**saved, "key_column": "other"}))
 
 
 def test_splitting_is_lazy(
@@ -225,7 +240,7 @@ def test_splitting_is_lazy(
 ) -> None:
     make_table(admin, "CREATE TABLE t (id BIGINT PRIMARY KEY)", [(i * 100_003,) for i in range(5000)])
     schema = load_table_schema(cdc, TableId(database, "t"))
-    splitter = ChunkSplitter(cdc, schema, SplitterOptions(chunk_size=CHUNK))
+    splitter = splitter_of(cdc, schema, SplitterOptions(chunk_size=CHUNK))
     assert splitter.state.mode == "uneven"
     overhead = -_selects(cdc) + _selects(cdc)  # does SHOW STATUS count itself?
     before = _selects(cdc)
@@ -303,15 +318,16 @@ def test_chunk_membership_in_python_matches_server(
     make_table(admin, f"CREATE TABLE t (id INT PRIMARY KEY, w VARCHAR(20) CHARACTER SET {charset} "
                f"COLLATE {collation} NULL, KEY (w))", rows)
     schema = load_table_schema(cdc, TableId(database, "t"))
-    chunks = split_all(cdc, schema, SplitterOptions(chunk_size=25, chunk_key_column="w"))
+    chunks = split_all(cdc, schema, SplitterOptions(chunk_size=25), "w")
     server: dict[int, int] = {}
     with cdc.cursor() as cur:
         for chunk in chunks:
-            where, params = chunk.where_clause()
+            where, params = range_predicate(chunk.key_column, chunk.start, chunk.end)
             cur.execute(f"SELECT id FROM t WHERE {where}", params)
             server.update((row[0], chunk.split_id) for row in cur.fetchall())
     order = KeyOrder(schema.column("w"), cdc)
-    located = ChunkLocator(chunks, order).locate_values([w for _, w in rows])
+    located = [next((c for c in chunks if c.contains(k, order)), None)
+               for k in order.sort_keys([w for _, w in rows])]
     assert {i: s.split_id for (i, _), s in zip(rows, located, strict=True) if s} == server
     assert len(server) == len(rows)
     for (i, w), key in zip(rows[::20], order.sort_keys([w for _, w in rows[::20]]), strict=True):

@@ -33,11 +33,12 @@ from pipeline import Pipeline
 from pyspark.sql.pandas.types import from_arrow_type
 
 from binlog.mysql.convert import value_converter
+from binlog.mysql.positions import ChangePosition
+from binlog.mysql.types import mysql_column
 from cdc.app.sandbox.mysql import Sandbox
 from cdc.model.debezium.codec import encode_value, record_from_event
 from cdc.model.debezium.connect import DebeziumOptions
 from cdc.model.events import ChangeEvent
-from cdc.model.positions import BinlogOffset, ChangePosition
 from cdc.model.schema import Column, TableId, TableSchema
 from sinks.changes import mirror_schema
 
@@ -225,14 +226,14 @@ def event_rows(p: Pipeline, schema: TableSchema) -> list[dict[str, Any]]:
 def change_event(schema: TableSchema, row: dict[str, Any]) -> ChangeEvent:
     s = row["source"]
     position = None if row["op"] == "r" else ChangePosition(s["file"], s["pos"], s["row"])
-    return ChangeEvent(schema.table_id, row["op"], row["before"], row["after"], position,
-                       s["ts_ms"], s["gtid"], s["server_id"], s["thread"])
+    return ChangeEvent(schema.table_id, row["op"], row["before"], row["after"], position, s["ts_ms"],
+                       {k: s[k] for k in ("server_id", "gtid", "file", "pos", "row", "thread", "query")})
 
 
 def debezium_after(schema: TableSchema, row: dict[str, Any], options: DebeziumOptions) -> Any:
     s = row["source"]
     record = record_from_event(change_event(schema, row), connector_name="types",
-                               offset=BinlogOffset(s["file"], s["pos"]))
+                               offset={"file": s["file"], "pos": s["pos"]})
     return json.loads(encode_value(record, schema, schemas_enabled=False, options=options))["after"]
 
 
@@ -401,7 +402,7 @@ def test_a_server_in_another_time_zone_shifts_nothing(
 def test_binlog_converters_match_the_snapshot_for_values_the_library_misreads() -> None:
     """No server: the fixes in binlog/convert.py for what mysql-replication gets wrong."""
     def col(data_type: str, column_type: str, **kw: Any) -> Column:
-        return Column("c", data_type, column_type, True, **kw)
+        return mysql_column("c", data_type, column_type, True, **kw)
 
     time6 = value_converter(col("time", "time(6)", datetime_precision=6))
     assert time6 is not None and value_converter(col("time", "time")) is None

@@ -31,7 +31,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cdc.model.schema import Column, TableSchema, quote_ident
+from binlog.mysql.types import quote_ident
+from cdc.model.schema import Column, TableSchema
 
 # connectorx reads DECIMAL through rust_decimal (28 digits) into decimal128(38, 10).
 NATIVE_DECIMAL_MAX_PRECISION = 28

@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 
 from binlog.mysql.blocks import ChangeBlock, block_from_events
+from binlog.mysql.positions import BinlogOffset
 from binlog.mysql.rows_decode import RowsDecoder
 from binlog.mysql.stream import BinlogStream, RowsAt, TableMap
-from cdc.model.positions import BinlogOffset
 from cdc.model.schema import TableId
 
 log = logging.getLogger(__name__)

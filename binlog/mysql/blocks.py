@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import pyarrow as pa
 
+from binlog.mysql.positions import ChangePosition
 from cdc.model.events import ChangeEvent
-from cdc.model.positions import ChangePosition
 from cdc.model.schema import TableId
 
 BlockOp = Literal["c", "u", "d"]
@@ -72,9 +72,17 @@ class ChangeBlock:
             ChangeEvent(self.table_id, self.op, befores[i] if befores else None,
                         afters[i] if afters else None,
                         ChangePosition(self.file, self.pos, self.first_row + i), self.ts_ms,
-                        self.gtid, self.server_id, self.thread, self.query)
+                        change_source(self.server_id, self.gtid, self.file, self.pos, self.first_row + i,
+                                      self.thread, self.query))
             for i in range(self.num_rows)
         ]
+
+
+def change_source(server_id: int, gtid: str | None, file: str, pos: int, row: int, thread: int | None,
+                  query: str | None) -> dict[str, Any]:
+    """The MySQL connector's own fields of one change's Debezium source block."""
+    return {"server_id": server_id, "gtid": gtid, "file": file, "pos": pos, "row": row, "thread": thread,
+            "query": query}
 
 
 def block_from_events(events: Sequence[ChangeEvent], schema: pa.Schema) -> ChangeBlock:
@@ -91,12 +99,14 @@ def block_from_events(events: Sequence[ChangeEvent], schema: pa.Schema) -> Chang
         raise ValueError("a change block needs at least one change")
     first = events[0]
     where = first.position
-    if where is None or any(e.position is None or e.position[:2] != where[:2] for e in events):
+    if not isinstance(where, ChangePosition) or any(
+            not isinstance(e.position, ChangePosition) or e.position[:2] != where[:2] for e in events):
         raise ValueError("a change block holds the changes of one rows event")
     op = first.op
     if op == "r":
         raise ValueError("snapshot reads are not binlog changes")
     before = pa.Table.from_pylist([e.before for e in events], schema=schema) if op != "c" else None
     after = pa.Table.from_pylist([e.after for e in events], schema=schema) if op != "d" else None
+    s = first.source
     return ChangeBlock(first.table_id, op, before, after, where.file, where.pos, where.row,
-                       first.ts_ms, first.gtid, first.server_id, first.thread, first.query)
+                       first.ts_ms, s.get("gtid"), s.get("server_id", 0), s.get("thread"), s.get("query"))

@@ -19,8 +19,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from binlog.mysql.blocks import ChangeBlock
+from binlog.mysql.types import CONNECTOR
 from cdc import __version__
-from cdc.model.envelope import CONNECTOR, SOURCE_TYPE, envelope_schema, row_type
+from cdc.model.envelope import envelope_schema, row_type, source_type
 from cdc.model.schema import TableSchema
 
 _C, _U, _D = 0, 1, 2
@@ -134,5 +135,6 @@ def _source(blocks: Sequence[ChangeBlock], name: str, block: np.ndarray,
     take = pa.array(block)
     first_rows = np.array([b.first_row for b in blocks], np.int64)
     rows = pa.array((first_rows[block] + row_in_block).astype(np.int32))
-    fields = [rows if f.name == "row" else per_block[f.name].take(take) for f in SOURCE_TYPE]
-    return pa.StructArray.from_arrays(fields, fields=list(SOURCE_TYPE))
+    struct = source_type(CONNECTOR)
+    fields = [rows if f.name == "row" else per_block[f.name].take(take) for f in struct]
+    return pa.StructArray.from_arrays(fields, fields=list(struct))

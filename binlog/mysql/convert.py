@@ -50,11 +50,13 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
+import pyarrow as pa
 from pymysql.charset import charset_by_name
 from pymysqlreplication.constants import NONE_SOURCE
 from pymysqlreplication.row_event import RowsEvent
 
-from cdc.model.schema import STRING_TYPES, Column, TableSchema, arrow_type
+from binlog.mysql.types import STRING_TYPES
+from cdc.model.schema import Column, TableSchema
 
 Converter = Callable[[Any], Any]
 Row = dict[str, Any]
@@ -89,7 +91,7 @@ def value_converter(column: Column) -> Converter | None:
         return _bits
     if t == "json":
         return _json_text
-    if t in ("decimal", "numeric") and str(arrow_type(column)) == "string":
+    if t in ("decimal", "numeric") and pa.types.is_string(column.arrow):
         return _decimal_text
     if t == "binary":
         return _padded(_declared_length(column))

@@ -40,6 +40,7 @@ from binlog.mysql.fetch_backends import (
     MySQLClientBackend,
     PyMySQLBackend,
 )
+from binlog.mysql.types import quoted_table
 from cdc.model.errors import ConfigError
 from cdc.model.schema import Column, TableSchema
 
@@ -107,7 +108,7 @@ def _batches(
 
 def select_sql(schema: TableSchema, reads: tuple[ColumnRead, ...], where_sql: str) -> str:
     """``SELECT <read expressions> FROM <table> WHERE <where_sql>`` (``where_sql`` rendered)."""
-    return f"SELECT {select_list(reads)} FROM {schema.table_id.quoted()} WHERE {where_sql}"
+    return f"SELECT {select_list(reads)} FROM {quoted_table(schema.table_id)} WHERE {where_sql}"
 
 
 def available_backends() -> list[str]:

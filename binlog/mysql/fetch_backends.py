@@ -34,13 +34,14 @@ import pymysql.cursors
 
 from binlog.mysql.arrow_columns import ColumnRead
 from binlog.mysql.connection import ConnectionSettings
+from binlog.mysql.types import INTEGER_TYPES, STRING_TYPES, quote_ident
 from cdc.model.errors import (
     AuthenticationFailed,
     MissingPrivilege,
     SourceUnreachable,
     TableNotFound,
 )
-from cdc.model.schema import INTEGER_TYPES, STRING_TYPES, Column, TableId, quote_ident
+from cdc.model.schema import Column, TableId
 
 RawBatch = list[pa.Array]
 

@@ -1,4 +1,4 @@
-"""Chunk keys: which column a table is split on, the SQL range predicates, and key ordering.
+"""MySQL chunk keys: which types can be split, the SQL range predicates, and key ordering.
 
 Ordering design. Chunk boundaries must compare the way the server orders the key column,
 collation included (``'a' = 'A'`` and ``'a' = 'a '`` under ``utf8mb4_general_ci``), or a row
@@ -35,11 +35,9 @@ from collections.abc import Iterable, Sequence
 from decimal import Decimal
 from typing import Any
 
-from cdc.model.errors import ConfigError, NoChunkKey
-from cdc.model.schema import BINARY_TYPES, Column, TableId, TableSchema, quote_ident
-
-KeyValue = Any  # int | Decimal | float | str | bytes | date | datetime | timedelta | None
-SortKey = tuple[Any, ...]
+from binlog.mysql.types import BINARY_TYPES, quote_ident
+from cdc.model.schema import Column, TableId
+from chunking.chunks import KeyValue, SortKey
 
 # Types whose server-side comparison with a parameter literal is not the order Python (or
 # ORDER BY) would give: ENUM/SET order by index but compare as strings, FLOAT reads back as a
@@ -48,7 +46,6 @@ UNSUPPORTED_KEY_TYPES = frozenset({"enum", "set", "json", "float", "bit"}) | (
     BINARY_TYPES - {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
 )
 
-_OPTION = "source.chunk_key_columns"
 _SQL_NAME = re.compile(r"^[A-Za-z0-9_]+$")
 _WEIGHT_BATCH = 500
 _WEIGHT_BATCH_CHARS = 1 << 20
@@ -65,48 +62,9 @@ def sql_table(table_id: TableId) -> str:
     return f"{sql_ident(table_id.db)}.{sql_ident(table_id.table)}"
 
 
-def select_chunk_key(schema: TableSchema, configured: str | None = None) -> Column:
-    """The column to split a table on: the configured one, else the first primary-key column.
-
-    Args:
-        schema: the table.
-        configured: the ``source.chunk_key_columns`` entry for this table, if any.
-
-    Raises:
-        ConfigError: the configured column does not exist or has a type that cannot be chunked.
-        NoChunkKey: no column is configured and the table has no (usable) primary key.
-    """
-    table = str(schema.table_id)
-    if configured is not None:
-        try:
-            column = schema.column(configured)
-        except KeyError:
-            raise ConfigError(
-                f"{_OPTION}[{table!r}]: table {table} has no column {configured!r} "
-                f"(columns: {', '.join(schema.column_names)})",
-                table=table, column=configured,
-            ) from None
-        if column.data_type in UNSUPPORTED_KEY_TYPES:
-            raise ConfigError(
-                f"{_OPTION}[{table!r}]: column {column.name!r} has type {column.data_type}, which "
-                "cannot be chunked; choose an integer, decimal, string, binary or temporal column",
-                table=table, column=column.name,
-            )
-        return column
-    if not schema.primary_key:
-        raise NoChunkKey(
-            f"table {table} has no primary key, so it cannot be split into chunks; set "
-            f'{_OPTION}: {{"{table}": "<column>"}} to an (ideally indexed) column',
-            table=table,
-        )
-    column = schema.column(schema.primary_key[0])
-    if column.data_type in UNSUPPORTED_KEY_TYPES:
-        raise NoChunkKey(
-            f"table {table}: primary-key column {column.name!r} has type {column.data_type}, "
-            f'which cannot be chunked; set {_OPTION}: {{"{table}": "<column>"}} to another column',
-            table=table, column=column.name,
-        )
-    return column
+def chunkable(column: Column) -> bool:
+    """True when a column's type can be range-split (see :data:`UNSUPPORTED_KEY_TYPES`)."""
+    return column.data_type not in UNSUPPORTED_KEY_TYPES
 
 
 def sql_param(value: KeyValue) -> Any:
@@ -258,7 +216,7 @@ class KeyOrder:
         t = self.column.data_type
         if t in BINARY_TYPES:
             return (1, value.encode() if isinstance(value, str) else bytes(value))
-        if isinstance(value, str) and self.column.is_numeric:
+        if isinstance(value, str) and self.column.data_type in ("decimal", "numeric"):
             return (1, Decimal(value))  # wide DECIMALs travel as strings
         if isinstance(value, dt.datetime) and value.tzinfo is not None:
             return (1, value.astimezone(dt.timezone.utc).replace(tzinfo=None))

@@ -50,6 +50,7 @@ import pymysql
 from binlog.mysql.blocks import ChangeBlock
 from binlog.mysql.connection import ConnectionSettings
 from binlog.mysql.convert import RowConverter
+from binlog.mysql.positions import BinlogOffset, ChangePosition
 from binlog.mysql.server import (
     MAX_SERVER_ID,
     REPLICATION_SLAVE,
@@ -65,6 +66,7 @@ from binlog.mysql.server import (
     purged,
 )
 from binlog.mysql.stream import BinlogStream, StreamLost, open_library_stream
+from binlog.mysql.types import load_table_schema
 from cdc.model.errors import (
     BinlogNotConfigured,
     ConfigError,
@@ -73,8 +75,7 @@ from cdc.model.errors import (
     SourceUnreachable,
 )
 from cdc.model.events import ChangeEvent
-from cdc.model.positions import BinlogOffset, ChangePosition
-from cdc.model.schema import TableId, TableSchema, load_table_schema
+from cdc.model.schema import TableId, TableSchema
 
 __all__ = [
     "BinlogReaderConfig", "ChangeBlock", "InvalidBinlogPosition", "MySqlBinlogReader",

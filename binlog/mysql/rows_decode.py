@@ -32,7 +32,8 @@ from pymysqlreplication.row_event import RowsEvent
 
 from binlog.mysql import rows_kernels as k
 from binlog.mysql.convert import value_converter
-from cdc.model.schema import MAX_ARROW_DECIMAL_PRECISION, Column, TableSchema
+from binlog.mysql.types import MAX_ARROW_DECIMAL_PRECISION, unsigned
+from cdc.model.schema import Column, TableSchema
 
 # (buffer, starts, lens) of one column's values -> its Arrow array
 Assemble = Callable[[np.ndarray, np.ndarray, np.ndarray], pa.Array]
@@ -159,10 +160,10 @@ def _integer_plan(column: Column, binlog: Any) -> _ColumnPlan:
     kind, width = _INTEGERS[column.data_type]
     if binlog.type != kind:
         raise Unsupported(f"the binlog has type {binlog.type}, not {kind}")
-    if bool(binlog.unsigned) != column.unsigned:
+    if bool(binlog.unsigned) != unsigned(column):
         raise Unsupported("the binlog's signedness differs from the schema's")
     return _ColumnPlan(k.FIXED, width, functools.partial(
-        _integers, width, not column.unsigned, column.arrow_type()))
+        _integers, width, not unsigned(column), column.arrow))
 
 
 def _decimal_plan(column: Column, binlog: Any) -> _ColumnPlan:

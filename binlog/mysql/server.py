@@ -21,8 +21,8 @@ from typing import Any, Literal
 
 import pymysql
 
+from binlog.mysql.positions import BinlogOffset
 from cdc.model.errors import BinlogNotConfigured, BinlogPurged, ConfigError, MissingPrivilege
-from cdc.model.positions import BinlogOffset
 
 Flavor = Literal["mysql", "mariadb"]
 

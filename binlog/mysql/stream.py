@@ -40,12 +40,12 @@ from pymysqlreplication.row_event import (
     WriteRowsEvent,
 )
 
-from binlog.mysql.blocks import BlockOp
+from binlog.mysql.blocks import BlockOp, change_source
 from binlog.mysql.connection import Connection, ConnectionSettings
 from binlog.mysql.convert import RowConverter
+from binlog.mysql.positions import BinlogOffset, ChangePosition
 from cdc.model.errors import BinlogNotConfigured
 from cdc.model.events import ChangeEvent
-from cdc.model.positions import BinlogOffset, ChangePosition
 from cdc.model.schema import TableId
 
 if TYPE_CHECKING:
@@ -284,8 +284,8 @@ class BinlogStream:
                 before = convert(row["before_values"], row["before_none_sources"])
                 after = convert(row["after_values"], row["after_none_sources"])
             self.last = (index, start, i)
-            yield ChangeEvent(table_id, op, before, after, ChangePosition(file, start, i),
-                              at.ts_ms, at.gtid, at.server_id, at.thread, at.query)
+            yield ChangeEvent(table_id, op, before, after, ChangePosition(file, start, i), at.ts_ms,
+                              change_source(at.server_id, at.gtid, file, start, i, at.thread, at.query))
 
     def _track(self, ev: Any, start: int) -> None:
         """Follow table maps, transaction boundaries and context (GTID, thread, statement)."""

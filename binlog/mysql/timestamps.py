@@ -16,8 +16,8 @@ from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, RotateEvent
 
 from binlog.mysql.connection import ConnectionSettings
+from binlog.mysql.positions import BinlogOffset
 from binlog.mysql.server import binary_logs, current_offset
-from cdc.model.positions import BinlogOffset
 
 log = logging.getLogger(__name__)
 

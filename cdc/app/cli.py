@@ -41,8 +41,8 @@ def _fail(exc: CdcError, origin: str | None = None, code: int = EXIT_INVALID) ->
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from cdc.app.config import load_config
     from cdc.app.runner import JobFailed, JobRunner
-    from cdc.model.config import load_config
 
     try:
         config = load_config(args.config)
@@ -59,8 +59,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
+    from cdc.app.config import load_config
     from cdc.app.runner import JobRunner, check_supported
-    from cdc.model.config import load_config
 
     try:
         config = load_config(args.config)
@@ -90,7 +90,7 @@ def _cmd_version(_: argparse.Namespace) -> int:
 
 
 def _cmd_config_reference(_: argparse.Namespace) -> int:
-    from cdc.model.config import config_reference
+    from cdc.app.config import config_reference
 
     print(config_reference(), end="")
     return EXIT_OK

@@ -24,10 +24,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from cdc.app.config import load_config
 from cdc.app.runner import JobRunner
 from cdc.app.sandbox.mysql import Sandbox, sandbox
 from cdc.app.tpcds import generate_customer, load_customer
-from cdc.model.config import load_config
+from sinks.delta.config import DeltaSinkConfig
 
 DEMO_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "demo.yaml"
 DATABASE = "tpcds"
@@ -155,8 +156,9 @@ def _capture(box: Sandbox, spark: Any, workdir: Path, started: float) -> int:
     apply_changes(box)
     _step("running --once again: it resumes from the checkpoint and brings the changes over")
     print(JobRunner(config, spark).run(once=True).render(), flush=True)
-    _step(f"querying the Delta lake at {config.sink.path} with Spark SQL")
-    mirror_rows, changed = query_lake(spark, config.sink.path)
+    lake = next(s.path for s in config.sink if isinstance(s, DeltaSinkConfig))
+    _step(f"querying the Delta lake at {lake} with Spark SQL")
+    mirror_rows, changed = query_lake(spark, lake)
     expected = source_count(box)
     problems = check_changes(changed)
     if mirror_rows != expected:

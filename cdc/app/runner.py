@@ -1,17 +1,20 @@
-"""Run a job: the ``mysql-cdc`` stream of a :class:`~cdc.model.config.JobConfig` into its Delta sink.
+"""Run a job: the change stream of a :class:`~cdc.model.config.JobConfig` into its sinks.
 
     runner = JobRunner(load_config("job.yaml"))
     summary = runner.run(once=True)      # available-now: everything up to now, then stop
 
-Runs on the driver. The order of a run is what keeps a failed start harmless:
+Runs on the driver. It takes the source's dialect and the sinks from their registries
+(binlog/registry.py, sinks/registry.py) and calls only their contracts. The order of a run is
+what keeps a failed start harmless:
 
 1. :meth:`JobRunner.check` connects and runs the start-up checks (server settings, privileges,
    tables, chunk keys). Every problem raises a :class:`~cdc.model.errors.CdcError` whose message
    names the fix, before anything is written.
 2. :func:`claim_checkpoint` records the source in ``<state>/source.json`` on the first run and
-   refuses a checkpoint made for another source; it also fixes the sink's query id (the key of
-   its idempotent commits) in ``<state>/query.json``, so it survives restarts.
-3. The query starts: ``trigger(availableNow=True)`` with ``once``, else
+   refuses a checkpoint made for another source; it also fixes the job id (the key of the
+   sinks' idempotent commits) in ``<state>/query.json``, so it survives restarts.
+3. Every sink opens (creates what it needs; recovers what a crash left behind).
+4. The query starts: ``trigger(availableNow=True)`` with ``once``, else
    ``trigger(processingTime=trigger_interval)`` until SIGINT/SIGTERM, which stop the query
    (``query.stop()``): a batch cut short is replayed on restart, the checkpoint stays consistent.
 
@@ -23,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import logging
 import os
 import signal
@@ -35,12 +37,18 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from cdc.app.progress import ProgressTracker, RunSummary, table_counts
+from binlog.dialect import Dialect
+from binlog.registry import create_dialect
+from cdc.app.progress import ProgressTracker, RunSummary
 from cdc.model.config import JobConfig, parse_duration_s
 from cdc.model.errors import CdcError, ConfigError
+from cdc.model.hooks import NO_HOOKS, Hooks
 from cdc.model.schema import TableId, TableSchema
-from cdc.spark.source import MySqlCdcDataSource, SourceSettings
+from cdc.spark.commit import BatchCommitter, BatchRecord
+from cdc.spark.source import SourceSpec, bound_source, table_schemas
 from cdc.spark.state import StateStore
+from sinks.base import Sink
+from sinks.registry import create_sink
 
 log = logging.getLogger(__name__)
 
@@ -75,33 +83,6 @@ def _exists(path: str) -> bool:
     return bool(fs.get_file_info(base).type != pafs.FileType.NotFound)
 
 
-def source_options(config: JobConfig, paths: JobPaths) -> dict[str, str]:
-    """The ``mysql-cdc`` reader options of a job (see cdc/source.py), all strings."""
-    s = config.source
-    opts = {
-        "hostname": s.hostname, "port": str(s.port), "username": s.username,
-        "tables": json.dumps(s.tables), "server_id": s.server_id, "startup_mode": s.startup_mode,
-        "chunk_size": str(s.chunk_size), "distribution_factor_lower": str(s.distribution_factor_lower),
-        "distribution_factor_upper": str(s.distribution_factor_upper),
-        "connect_timeout_s": str(s.connect_timeout_s), "name": s.name,
-        "stream_split_bytes": str(s.stream_split_bytes),
-        "state_dir": paths.state_dir, "parallelism": str(config.parallelism),
-    }
-    if s.password_file is not None:
-        opts["password_file"] = str(s.password_file)  # the secret itself stays out of Spark's options
-    elif s.password is not None:
-        opts["password"] = s.password.get_secret_value()  # Spark redacts options named *password*
-    if s.chunks_per_batch is not None:
-        opts["chunks_per_batch"] = str(s.chunks_per_batch)
-    if s.chunk_key_columns:
-        opts["chunk_key_columns"] = json.dumps(s.chunk_key_columns)
-    if s.startup_offset is not None:
-        opts["startup_offset"] = json.dumps(s.startup_offset.model_dump(exclude_none=True))
-    if s.startup_timestamp_ms is not None:
-        opts["startup_timestamp_ms"] = str(s.startup_timestamp_ms)
-    return opts
-
-
 def check_supported(config: JobConfig) -> None:
     """Refuse settings that validate but are not implemented yet.
 
@@ -109,7 +90,8 @@ def check_supported(config: JobConfig) -> None:
         ConfigError: names the setting and what to use instead.
     """
     s = config.source
-    if s.startup_mode == "specific-offset" and s.startup_offset is not None and s.startup_offset.file is None:
+    offset = getattr(s, "startup_offset", None)
+    if s.startup_mode == "specific-offset" and offset is not None and getattr(offset, "file", "") is None:
         raise ConfigError("source.startup_offset: a GTID start is not supported yet; give file and pos",
                           key="source.startup_offset")
     if s.backfill_skip:
@@ -120,7 +102,7 @@ def check_supported(config: JobConfig) -> None:
 def source_identity(config: JobConfig, schemas: dict[TableId, TableSchema]) -> dict[str, Any]:
     """What ``source.json`` records: the server, the table patterns and the databases captured."""
     s = config.source
-    return {"hostname": s.hostname, "port": s.port, "tables": list(s.tables),
+    return {"type": s.type, "hostname": s.hostname, "port": s.port, "tables": list(s.tables),
             "databases": sorted({t.db for t in schemas})}
 
 
@@ -153,7 +135,8 @@ def _same_source(recorded: dict[str, Any], identity: dict[str, Any], paths: JobP
     where = f"{recorded['hostname']}:{recorded['port']}"
     fix = (f"use a new checkpoint for a new source (or, if it is the same server under another "
            f"name, edit {paths.state_dir}/{SOURCE_FILE})")
-    if (recorded["hostname"], recorded["port"]) != (identity["hostname"], identity["port"]):
+    if (recorded.get("type", "mysql"), recorded["hostname"], recorded["port"]) != \
+            (identity["type"], identity["hostname"], identity["port"]):
         raise ConfigError(f"checkpoint {paths.checkpoint} belongs to source {where}, not "
                           f"{identity['hostname']}:{identity['port']}: {fix}", checkpoint=paths.checkpoint)
     dropped = sorted(set(recorded["databases"]) - set(identity["databases"]))
@@ -209,13 +192,16 @@ class JobRunner:
     Args:
         config: the validated job file.
         spark: a Spark session to use (default: :func:`job_session`).
+        hooks: crash points for tests (nothing in production).
     """
 
-    def __init__(self, config: JobConfig, spark: Any | None = None) -> None:
+    def __init__(self, config: JobConfig, spark: Any | None = None, hooks: Hooks = NO_HOOKS) -> None:
         self.config = config
         self.paths = JobPaths.of(config)
-        self.options = source_options(config, self.paths)
         self.spark = spark
+        self.hooks = hooks
+        self.dialect: Dialect = create_dialect(config.source)
+        self.batches: list[BatchRecord] = []  # what the last run committed, batch by batch
         self._schemas: dict[TableId, TableSchema] | None = None
 
     def check(self) -> dict[TableId, TableSchema]:
@@ -228,7 +214,7 @@ class JobRunner:
         """
         if self._schemas is None:
             check_supported(self.config)
-            self._schemas = MySqlCdcDataSource(self.options).table_schemas()
+            self._schemas = table_schemas(self.dialect)
         return self._schemas
 
     def run(self, once: bool = False, stop: threading.Event | None = None) -> RunSummary:
@@ -240,37 +226,43 @@ class JobRunner:
         """
         schemas = self.check()
         store = StateStore(self.paths.state_dir)
-        query_id = claim_checkpoint(store, self.paths, source_identity(self.config, schemas))
+        job_id = claim_checkpoint(store, self.paths, source_identity(self.config, schemas))
         spark = self.spark if self.spark is not None else job_session(self.config)
-        spark.dataSource.register(MySqlCdcDataSource)
-        from cdc.spark.batch import BatchWriter
-        from sinks.delta.sink import DeltaSink, DeltaSinkConfig
-
-        sink_config = DeltaSinkConfig(path=self.config.sink.path, storage_options=dict(self.config.sink.storage_options),
-                                      engine=self.config.sink.engine)
-        writer = BatchWriter(schemas, DeltaSink(sink_config, query_id=query_id, spark=spark), store,
-                             async_mirror=self.config.sink.async_mirror)
-        tracker = ProgressTracker(self.config.source.chunk_size, SourceSettings.from_options(self.options).connection())
+        sinks = self.open_sinks(job_id, spark, schemas)
+        committer = BatchCommitter(schemas, sinks, self.hooks)
+        self.batches = committer.batches
+        spec = SourceSpec(self.dialect, self.paths.state_dir, self.config.parallelism,
+                          tuple(s.writer() for s in sinks), self.hooks)
+        tracker = ProgressTracker(self.dialect, self.config.source.chunk_size)
         started = time.monotonic()
-        query = self._start(spark, writer, once)
-        log.info("query started: %d table(s), checkpoint %s, %s", len(schemas), self.paths.checkpoint,
+        query = self._start(spark, spec, committer, once)
+        log.info("query started: %d table(s) into %s, checkpoint %s, %s", len(schemas),
+                 ", ".join(s.describe() for s in sinks), self.paths.checkpoint,
                  "available-now (--once)" if once else f"every {self.config.trigger_interval}")
         try:
             with stop_on_signals(stop := stop or threading.Event()):
-                _wait(query, stop, tracker)
+                _wait(query, stop, tracker, committer)
             try:
-                writer.close()  # the mirrors take the last batches before the summary counts them
+                committer.close()  # the sinks finish their background work before the summary
             except Exception as exc:
-                raise JobFailed(f"the mirror could not take the last batches (a restart catches it up "
-                                f"from the changelog): {root_cause(exc)}") from None
+                raise JobFailed(f"a sink could not finish the last batches (a restart recovers them): "
+                                f"{root_cause(exc)}") from None
         finally:
             tracker.close()
-        counts = table_counts(sink_config, schemas)
-        return tracker.summary(counts, time.monotonic() - started)
+        return tracker.summary(committer, sinks, schemas, time.monotonic() - started)
 
-    def _start(self, spark: Any, writer: Any, once: bool) -> Any:
-        df = spark.readStream.format("mysql-cdc").options(**self.options, **writer.source_options()).load()
-        stream = df.writeStream.foreachBatch(writer).option("checkpointLocation", self.paths.checkpoint)
+    def open_sinks(self, job_id: str, spark: Any, schemas: dict[TableId, TableSchema]) -> list[Sink]:
+        """The job's sinks from the registry, opened (recovered after a crash)."""
+        sinks = [create_sink(c, job_id, spark, self.hooks) for c in self.config.sink]
+        for sink in sinks:
+            sink.open(schemas)
+        return sinks
+
+    def _start(self, spark: Any, spec: SourceSpec, committer: BatchCommitter, once: bool) -> Any:
+        source = bound_source(spec)
+        spark.dataSource.register(source)
+        df = spark.readStream.format(source.name()).load()
+        stream = df.writeStream.foreachBatch(committer).option("checkpointLocation", self.paths.checkpoint)
         if once:
             stream = stream.trigger(availableNow=True)
         else:
@@ -278,7 +270,7 @@ class JobRunner:
         return stream.start()
 
 
-def _wait(query: Any, stop: threading.Event, tracker: ProgressTracker) -> None:
+def _wait(query: Any, stop: threading.Event, tracker: ProgressTracker, committer: BatchCommitter) -> None:
     """Report progress until the query ends or ``stop`` is set (then stop it).
 
     Raises:
@@ -288,7 +280,7 @@ def _wait(query: Any, stop: threading.Event, tracker: ProgressTracker) -> None:
 
     try:
         while not query.awaitTermination(POLL_S):
-            tracker.update(query.recentProgress)
+            tracker.update(query.recentProgress, committer)
             if stop.is_set():
                 query.stop()
                 break
@@ -296,7 +288,7 @@ def _wait(query: Any, stop: threading.Event, tracker: ProgressTracker) -> None:
         raise JobFailed(root_cause(exc)) from None
     finally:
         with contextlib.suppress(Exception):
-            tracker.update(query.recentProgress)
+            tracker.update(query.recentProgress, committer)
 
 
 def root_cause(exc: BaseException) -> str:

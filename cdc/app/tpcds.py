@@ -18,8 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from binlog.mysql.types import quote_ident
 from cdc.app.sandbox.mysql import Sandbox
-from cdc.model.schema import quote_ident
 
 # The TPC-DS specification's customer table (v3), with the surrogate key as BIGINT primary key.
 CUSTOMER_COLUMNS: tuple[tuple[str, str], ...] = (

@@ -1,4 +1,10 @@
-"""The job configuration: a YAML file validated into pydantic models (``extra="forbid"``).
+"""The job configuration: a YAML file validated once into typed, picklable models.
+
+Each component owns the model of its section (dlt's habit): a dialect its ``source:`` model (a
+:class:`SourceConfig`), a sink its ``sink:`` model (a :class:`SinkConfig`). This module holds
+the shared parts and the parsing; the application passes the registered models in, so the model
+layer names no database and no sink. The parsed :class:`JobConfig` travels to Spark's executors
+as these objects (pickled), never as strings to parse again.
 
 Every string may use ``${ENV_VAR}``, expanded before validation. Errors name the YAML path and
 what would be accepted, e.g. ``source.chunk_size: must be greater than 0 (got -5)``. Secrets
@@ -11,15 +17,16 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
     SecretStr,
+    SerializeAsAny,
     ValidationError,
     field_validator,
     model_validator,
@@ -30,50 +37,36 @@ from cdc.model.errors import ConfigError
 log = logging.getLogger(__name__)
 
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-_SERVER_ID = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$")
 
 StartupMode = Literal["initial", "snapshot", "latest-offset", "earliest-offset", "specific-offset", "timestamp"]
 
 
-class _Model(BaseModel):
+class ConfigModel(BaseModel):
+    """Base of every config section: unknown keys are errors, values are immutable."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class SpecificOffset(_Model):
-    """Where ``startup_mode: specific-offset`` starts: a file and position, or a GTID set."""
-
-    file: str | None = Field(default=None, description="binlog file name, e.g. `mysql-bin.000003`")
-    pos: int | None = Field(default=None, ge=4, description="position in that file (4 = its start)")
-    gtid: str | None = Field(default=None, description="a GTID set (not supported yet)")
-
-    @model_validator(mode="after")
-    def _one_form(self) -> SpecificOffset:
-        if self.gtid is None and (self.file is None or self.pos is None):
-            raise ValueError("give either file and pos, or gtid")
-        return self
+ConfigModelT = TypeVar("ConfigModelT", bound=ConfigModel)
 
 
-class MySqlSourceConfig(_Model):
-    """``source:`` for MySQL and MariaDB."""
+class SourceConfig(ConfigModel):
+    """The ``source:`` keys every dialect shares; a dialect's model adds its own."""
 
-    type: Literal["mysql"] = Field(default="mysql", description="the source database kind (MySQL 5.7/8.x, MariaDB 10.5+)")
+    type: str = Field(description="the source database kind; its own keys are listed under its name below")
     hostname: str = Field(default="127.0.0.1", description="host name or IP address of the server")
-    port: int = Field(default=3306, ge=1, le=65535, description="TCP port of the server")
-    username: str = Field(description="the CDC user (needs SELECT, REPLICATION SLAVE, REPLICATION CLIENT)")
+    port: int = Field(ge=1, le=65535, description="TCP port of the server")
+    username: str = Field(description="the CDC user")
     password: SecretStr | None = Field(default=None, description="the password; write `${ENV_VAR}`, never the value")
     password_file: Path | None = Field(default=None, description="a file holding the password (instead of `password`)")
     tables: list[str] = Field(min_length=1, description="regexes on `database.table`, e.g. `shop\\..*`; "
-                              "tables matched later join the running job (snapshot, then binlog)")
-    server_id: str = Field(default="5400-5404", description="binlog reader ids, one per concurrent reader "
-                           "(`5400` or a range `5400-5404`); unique among the server's replicas")
-    startup_mode: StartupMode = Field(default="initial", description="`initial` (snapshot, then binlog), "
-                                      "`snapshot` (snapshot only, then stop), `latest-offset` (binlog from now), "
-                                      "`earliest-offset` (binlog from the oldest file), `specific-offset` "
-                                      "(binlog from `startup_offset`), `timestamp` (binlog from the first transaction at or after `startup_timestamp_ms`)")
-    startup_offset: SpecificOffset | None = Field(default=None, description="`{file, pos}` for `specific-offset` "
-                                                  "(a `gtid` start is not supported yet)")
-    startup_timestamp_ms: int | None = Field(default=None, ge=0, description="epoch milliseconds for `timestamp`")
+                              "tables matched later join the running job (snapshot, then log)")
+    startup_mode: StartupMode = Field(default="initial", description="`initial` (snapshot, then the log), "
+                                      "`snapshot` (snapshot only, then stop), `latest-offset` (the log from now), "
+                                      "`earliest-offset` (the log from its oldest position), `specific-offset` "
+                                      "(the log from `startup_offset`), `timestamp` (the log from the first "
+                                      "transaction at or after `startup_timestamp_ms`)")
     chunk_size: int = Field(default=8096, gt=0, description="rows per snapshot chunk")
     chunk_key_columns: dict[str, str] = Field(default_factory=dict, description="`db.table`: column, the chunk "
                                               "key of tables without a primary key")
@@ -83,13 +76,11 @@ class MySqlSourceConfig(_Model):
     distribution_factor_upper: float = Field(default=1000.0, gt=0, description="... and at most this")
     chunks_per_batch: int | None = Field(default=None, gt=0, description="chunks staged per micro-batch "
                                          "(default 16 x parallelism)")
-    stream_split_bytes: int = Field(default=16 * 1024 * 1024, gt=0, description="a catch-up batch's binlog "
-                                    "slice is read by several tasks (up to `parallelism`, one server id each) "
-                                    "when it holds at least twice this many bytes; each decodes its own piece")
     backfill_skip: bool = Field(default=False, description="skip the exactly-once backfill "
                                 "(at-least-once); not implemented yet: `true` is refused")
     connect_timeout_s: float = Field(default=10.0, gt=0, description="seconds to wait for a connection")
-    name: str = Field(default="mysql", description="the logical source name (Debezium's `source.name`)")
+    name: str = Field(default="cdc", description="the logical source name (Debezium's `topic.prefix`, "
+                      "`source.name` in every change)")
 
     @field_validator("tables")
     @classmethod
@@ -103,12 +94,6 @@ class MySqlSourceConfig(_Model):
                 raise ValueError(f"{pattern!r} must match 'database.table' (e.g. 'shop\\..*')")
         return tables
 
-    @field_validator("server_id")
-    @classmethod
-    def _server_ids(cls, value: str) -> str:
-        server_id_range(value)
-        return value
-
     @field_validator("chunk_key_columns")
     @classmethod
     def _chunk_keys(cls, value: dict[str, str]) -> dict[str, str]:
@@ -118,16 +103,16 @@ class MySqlSourceConfig(_Model):
         return value
 
     @model_validator(mode="after")
-    def _consistent(self) -> MySqlSourceConfig:
+    def _consistent(self) -> SourceConfig:
         if self.password is not None and self.password_file is not None:
             raise ValueError("give password or password_file, not both")
-        if self.startup_mode == "specific-offset" and self.startup_offset is None:
-            raise ValueError("startup_mode specific-offset needs startup_offset: {file, pos} or {gtid}")
-        if self.startup_mode == "timestamp" and self.startup_timestamp_ms is None:
-            raise ValueError("startup_mode timestamp needs startup_timestamp_ms")
         if self.distribution_factor_lower > self.distribution_factor_upper:
             raise ValueError("distribution_factor_lower must not exceed distribution_factor_upper")
         return self
+
+    @property
+    def address(self) -> str:
+        return f"{self.hostname}:{self.port}"
 
     def resolved_password(self) -> str:
         """The password from ``password`` or ``password_file`` (empty when neither is set).
@@ -145,28 +130,15 @@ class MySqlSourceConfig(_Model):
         return ""
 
 
-class DeltaSinkSection(_Model):
-    """``sink:`` for Delta: mirror at ``<path>/<db>/<table>``, changelog at ``..._changelog``."""
+class SinkConfig(ConfigModel):
+    """The ``sink:`` keys every sink shares; a sink's model adds its own."""
 
-    type: Literal["delta"] = Field(default="delta", description="the sink kind")
-    path: str = Field(description="root directory or URI of the tables (`s3://...`, `abfss://...`): "
-                      "mirror at `<path>/<db>/<table>`, changelog at `<path>/<db>/<table>_changelog`")
-    storage_options: dict[str, str] = Field(default_factory=dict, description="object-store options for "
-                                            "delta-rs (credentials, region); use `${ENV_VAR}` for secrets")
-    engine: Literal["auto", "delta-rs", "delta-spark"] = Field(default="auto", description="`delta-rs`, "
-                                                               "`delta-spark`, or `auto` (delta-spark when its "
-                                                               "jars are on the classpath)")
-    async_mirror: bool = Field(default=True, description="MERGE the mirror in a background thread that "
-                               "trails the changelog (batches queued meanwhile are merged together; after "
-                               "a crash the mirror catches up from the changelog); `false` MERGEs inside "
-                               "every batch")
+    type: str = Field(description="the sink kind; its own keys are listed under its name below")
 
 
-class JobConfig(_Model):
-    """The whole job file."""
+class JobSettings(ConfigModel):
+    """The job file's own keys (everything but ``source`` and ``sink``)."""
 
-    source: MySqlSourceConfig = Field(description="the database to capture")
-    sink: DeltaSinkSection = Field(description="where the mirror and changelog tables go")
     checkpoint: str = Field(description="Spark's checkpoint directory; keep it for the job's lifetime "
                             "(a restart resumes from it)")
     state_dir: str | None = Field(default=None, description="the source's state files "
@@ -187,20 +159,13 @@ class JobConfig(_Model):
         return self.state_dir or f"{self.checkpoint.rstrip('/')}_state"
 
 
-def server_id_range(value: str) -> range:
-    """Parse ``"5400"`` or ``"5400-5404"`` (inclusive) into a range of server ids.
+class JobConfig(JobSettings):
+    """The whole job file."""
 
-    Raises:
-        ValueError: not a number or range, or the range is empty or out of 1..2^32-1.
-    """
-    m = _SERVER_ID.match(str(value))
-    if not m:
-        raise ValueError(f"{value!r} is not a server id or a range like '5400-5404'")
-    lo = int(m.group(1))
-    hi = int(m.group(2) or lo)
-    if not 1 <= lo <= hi <= 2**32 - 1:
-        raise ValueError(f"{value!r}: ids must satisfy 1 <= first <= last <= 4294967295")
-    return range(lo, hi + 1)
+    source: SerializeAsAny[SourceConfig] = Field(description="the database to capture")
+    sink: tuple[SerializeAsAny[SinkConfig], ...] = Field(
+        min_length=1, description="where the changes go: one sink, or a list of sinks (each gets "
+        "every change exactly once)")
 
 
 def parse_duration_s(value: str) -> float:
@@ -235,15 +200,17 @@ def expand_env(node: Any, path: str = "") -> Any:
 
 def _shows_input(err: Any, loc: str) -> bool:
     """Echo the offending value, except for secrets and whole sections."""
-    if "input" not in err or err["type"] == "missing" or "password" in loc:
+    if "input" not in err or err["type"] == "missing" or "password" in loc or "secret" in loc:
         return False
     return not isinstance(err["input"], dict | list)
 
 
-def _format_errors(exc: ValidationError) -> list[str]:
+def format_errors(exc: ValidationError, prefix: str = "") -> list[str]:
+    """One line per error: the YAML key path (after ``prefix``), what is wrong, the value given."""
     lines = []
     for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-after"))
+        parts = [str(p) for p in err["loc"] if not str(p).startswith("function-after")]
+        loc = prefix + ".".join(parts) if parts else prefix.rstrip(".")
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown key (check the spelling; see the config reference in README.md)"
@@ -253,10 +220,57 @@ def _format_errors(exc: ValidationError) -> list[str]:
     return lines
 
 
-def parse_config(raw: dict[str, Any], origin: str = "<config>", *, warn_plain_password: bool = True) -> JobConfig:
+class _Errors:
+    """Collects the errors of every section, so one run of `validate` names them all."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def section(self, models: Mapping[str, type[ConfigModelT]], raw: Any, key: str,
+                default_type: str | None) -> ConfigModelT | None:
+        """Validate one section with the model its ``type`` names."""
+        if not isinstance(raw, dict):
+            self.lines.append(f"{key}: expected a mapping, got {type(raw).__name__}")
+            return None
+        kind = raw.get("type", default_type)
+        if not isinstance(kind, str) or kind not in models:
+            known = ", ".join(sorted(models))
+            self.lines.append(f"{key}.type: {kind!r} is not one of {known}" if kind is not None
+                              else f"{key}.type: required (one of {known})")
+            return None
+        try:
+            return models[kind].model_validate({**raw, "type": kind})
+        except ValidationError as exc:
+            self.lines.extend(format_errors(exc, f"{key}."))
+            return None
+
+
+def parse_section(model: type[ConfigModelT], raw: dict[str, Any], key: str) -> ConfigModelT:
+    """Validate one section (e.g. Spark reader options turned into a ``source:`` mapping).
+
+    Raises:
+        ConfigError: the message names every invalid key as ``<key>.<field>``.
+    """
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        errors = format_errors(exc, f"{key}.")
+        raise ConfigError(f"{key}: {'; '.join(errors)}", errors=errors) from None
+
+
+def parse_config(raw: Any, sources: Mapping[str, type[SourceConfig]], sinks: Mapping[str, type[SinkConfig]],
+                 origin: str = "<config>", *, warn_plain_password: bool = True,
+                 default_types: tuple[str | None, str | None] = (None, None)) -> JobConfig:
     """Validate an already-loaded YAML tree (``${VAR}`` not yet expanded).
 
-    ``warn_plain_password`` is for files a person edits; programs pass secrets as values.
+    Args:
+        raw: the YAML tree.
+        sources: ``source.type`` -> its model (the dialect registry's).
+        sinks: ``sink.type`` -> its model (the sink registry's).
+        origin: the file name, for messages.
+        warn_plain_password: warn about a password written in the file (for files a person
+            edits; programs pass secrets as values).
+        default_types: the ``type`` of a source and of a sink that names none.
 
     Raises:
         ConfigError: the message names every invalid key path.
@@ -265,49 +279,49 @@ def parse_config(raw: dict[str, Any], origin: str = "<config>", *, warn_plain_pa
         raise ConfigError(f"{origin}: expected a mapping with source, sink and checkpoint")
     plain_password = isinstance(raw.get("source"), dict) and isinstance(raw["source"].get("password"), str) \
         and not _ENV.search(raw["source"]["password"])
+    tree = expand_env(raw)
+    errors = _Errors()
+    source = errors.section(sources, tree["source"], "source", default_types[0]) if "source" in tree else None
+    sink_list = tree.get("sink")
+    many = isinstance(sink_list, list)
+    sink_items = sink_list if many else ([sink_list] if sink_list is not None else [])
+    parsed_sinks = [errors.section(sinks, s, f"sink[{i}]" if many else "sink", default_types[1])
+                    for i, s in enumerate(sink_items)]
+    for key in ("source", "sink"):
+        if tree.get(key) is None:
+            errors.lines.append(f"{key}: Field required")
+    settings = None
     try:
-        config = JobConfig.model_validate(expand_env(raw))
+        settings = JobSettings.model_validate({k: v for k, v in tree.items() if k not in ("source", "sink")})
     except ValidationError as exc:
-        errors = _format_errors(exc)
-        raise ConfigError(f"{origin}: {'; '.join(errors)}", errors=errors) from None
+        errors.lines.extend(format_errors(exc))
+    if errors.lines or settings is None or source is None or any(s is None for s in parsed_sinks):
+        lines = errors.lines or ["invalid configuration"]
+        raise ConfigError(f"{origin}: {'; '.join(lines)}", errors=lines)
+    config = JobConfig(**dict(settings), source=source, sink=tuple(s for s in parsed_sinks if s is not None))
     if plain_password and warn_plain_password:
         log.warning("%s: source.password is written in plain text; use ${ENV_VAR} or "
                     "source.password_file instead", origin)
     return config
 
 
-def load_config(path: str | Path) -> JobConfig:
-    """Read and validate a YAML job file.
+def config_reference(sections: list[tuple[str, type[BaseModel], list[str] | None, str]]) -> str:
+    """A configuration reference as a Markdown table, generated from the models' fields.
 
-    Raises:
-        ConfigError: the file is missing, is not YAML, or does not validate.
-    """
-    path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    return parse_config(raw, str(path))
-
-
-def config_reference() -> str:
-    """The configuration reference as a Markdown table, generated from the models' fields.
-
-    README.md's "Configuration reference" is this text (a test keeps the two equal).
+    Args:
+        sections: ``(key prefix, model, the fields to list or None for all, a label that
+            starts each meaning, e.g. "(mysql) ")`` in the order to list them.
     """
     lines = ["| key | default | meaning |", "| --- | --- | --- |"]
-    sections: list[tuple[str, type[BaseModel]]] = [
-        ("", JobConfig), ("source.", MySqlSourceConfig), ("source.startup_offset.", SpecificOffset),
-        ("sink.", DeltaSinkSection)]
-    for prefix, model in sections:
+    for prefix, model, only, label in sections:
         for name, info in model.model_fields.items():
+            if only is not None and name not in only:
+                continue
             if info.is_required():
                 default = "required"
             elif info.default_factory is not None:
                 default = f"`{info.default_factory()}`"  # type: ignore[call-arg]
             else:
                 default = "none" if info.default is None else f"`{info.default}`"
-            lines.append(f"| `{prefix}{name}` | {default} | {info.description or ''} |")
+            lines.append(f"| `{prefix}{name}` | {default} | {label}{info.description or ''} |")
     return "\n".join(lines) + "\n"

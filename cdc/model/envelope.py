@@ -1,15 +1,18 @@
 """Debezium-shaped change rows as Arrow: ``op``, ``before``, ``after``, ``source``, ``ts_ms``.
 
-This is the row layout of the Spark stream and of the Delta changelog tables. ``before`` and
-``after`` are structs of the table's columns (types from ``cdc/schema.py``), ``source`` carries
-Debezium's MySQL source fields. Snapshot rows are built column-wise from the chunk's Arrow table
-(no per-row Python); binlog changes arrive as Python events and are built once per batch.
+This is the row layout of the Spark stream, of the files sinks stage and of the Delta changelog
+tables. ``before`` and ``after`` are structs of the table's columns (their Arrow types come from
+the dialect, see :class:`~cdc.model.schema.Column`); ``source`` is the Debezium connector's
+``source`` block, whose fields depend on the connector (:data:`SOURCE_TYPES`). Snapshot rows are
+built column-wise from a chunk's Arrow table; :func:`change_envelope` builds change rows from
+per-row events (dialects build their hot path column-wise, with the same result).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
 
 import pyarrow as pa
 
@@ -17,9 +20,7 @@ from cdc import __version__
 from cdc.model.events import ChangeEvent
 from cdc.model.schema import TableId, TableSchema
 
-CONNECTOR = "mysql"
-
-SOURCE_TYPE = pa.struct([
+_COMMON = [
     pa.field("version", pa.string()),
     pa.field("connector", pa.string()),
     pa.field("name", pa.string()),
@@ -27,14 +28,52 @@ SOURCE_TYPE = pa.struct([
     pa.field("snapshot", pa.string()),
     pa.field("db", pa.string()),
     pa.field("table", pa.string()),
-    pa.field("server_id", pa.int64()),
-    pa.field("gtid", pa.string()),
-    pa.field("file", pa.string()),
-    pa.field("pos", pa.int64()),
-    pa.field("row", pa.int32()),
-    pa.field("thread", pa.int64()),
-    pa.field("query", pa.string()),
-])
+]
+
+# Each connector's source block: Debezium's common fields, then the connector's own.
+SOURCE_TYPES: dict[str, pa.StructType] = {
+    "mysql": pa.struct([
+        *_COMMON,
+        pa.field("server_id", pa.int64()),
+        pa.field("gtid", pa.string()),
+        pa.field("file", pa.string()),
+        pa.field("pos", pa.int64()),
+        pa.field("row", pa.int32()),
+        pa.field("thread", pa.int64()),
+        pa.field("query", pa.string()),
+    ]),
+}
+
+
+def source_type(connector: str) -> pa.StructType:
+    """The Arrow struct of ``connector``'s source block.
+
+    Raises:
+        ValueError: an unknown connector.
+    """
+    try:
+        return SOURCE_TYPES[connector]
+    except KeyError:
+        raise ValueError(f"no source block for connector {connector!r}; known: "
+                         f"{', '.join(sorted(SOURCE_TYPES))}") from None
+
+
+def source_block(connector: str, name: str, table_id: TableId, ts_ms: int, snapshot: str,
+                 fields: Mapping[str, Any]) -> dict[str, Any]:
+    """One change's source block as a dict in ``connector``'s field order.
+
+    Args:
+        connector: the Debezium connector (``mysql``).
+        name: the logical source name (Debezium's ``topic.prefix``).
+        table_id: the table changed.
+        ts_ms: when the source wrote the change (or fixed a snapshot chunk).
+        snapshot: ``true`` for snapshot reads, ``false`` for log changes.
+        fields: the connector's own fields (missing ones are null).
+    """
+    common = {"version": __version__, "connector": connector, "name": name, "ts_ms": ts_ms,
+              "snapshot": snapshot, "db": table_id.db, "table": table_id.table}
+    return {f.name: common[f.name] if f.name in common else fields.get(f.name)
+            for f in source_type(connector)}
 
 
 def row_type(schema: TableSchema) -> pa.StructType:
@@ -49,50 +88,30 @@ def envelope_schema(schema: TableSchema) -> pa.Schema:
         pa.field("op", pa.string()),
         pa.field("before", image),
         pa.field("after", image),
-        pa.field("source", SOURCE_TYPE),
+        pa.field("source", source_type(schema.connector)),
         pa.field("ts_ms", pa.int64()),
     ])
 
 
-@dataclass(frozen=True)
-class SnapshotSource:
-    """The ``source`` block shared by every ``op='r'`` row of one emitted chunk.
+def snapshot_envelope(schema: TableSchema, rows: pa.Table, source: Mapping[str, Any]) -> pa.Table:
+    """Wrap a chunk's rows (flat, ``schema.arrow_schema()``) as ``op='r'`` change rows.
 
-    Attributes:
-        name: the logical server name (Debezium's ``topic.prefix``), from the job config.
-        server_id: the id of the server the snapshot read from.
-        file: binlog file of the chunk's high watermark.
-        pos: binlog position of the chunk's high watermark.
-        gtid: GTID set at the high watermark, if known.
-        ts_ms: when the chunk's rows were fixed (planning time of the high watermark).
+    Args:
+        schema: the table.
+        rows: the chunk's rows.
+        source: the source block every row carries (:func:`source_block` with
+            ``snapshot='true'``: the chunk's high watermark and when it was fixed).
     """
-
-    name: str
-    server_id: int
-    file: str
-    pos: int
-    gtid: str | None
-    ts_ms: int
-
-
-def snapshot_envelope(table_id: TableId, schema: TableSchema, rows: pa.Table, source: SnapshotSource) -> pa.Table:
-    """Wrap a chunk's rows (flat, ``schema.arrow_schema()``) as ``op='r'`` change rows."""
     n = rows.num_rows
     rows = rows.select(schema.column_names).cast(schema.arrow_schema())
     image = row_type(schema)
     after = pa.StructArray.from_arrays(
         [c.combine_chunks() for c in rows.columns], fields=list(image)
     ) if n else pa.array([], type=image)
-    constant = {
-        "version": __version__, "connector": CONNECTOR, "name": source.name, "ts_ms": source.ts_ms,
-        "snapshot": "true", "db": table_id.db, "table": table_id.table,
-        "server_id": source.server_id, "gtid": source.gtid, "file": source.file, "pos": source.pos,
-        "row": 0, "thread": None, "query": None,
-    }
-    source_array = pa.repeat(pa.scalar(constant, type=SOURCE_TYPE), n)
+    source_array = pa.repeat(pa.scalar(dict(source), type=source_type(schema.connector)), n)
     return pa.Table.from_arrays(
         [pa.repeat(pa.scalar("r"), n).cast(pa.string()), pa.nulls(n, image), after, source_array,
-         pa.repeat(pa.scalar(source.ts_ms, pa.int64()), n)],
+         pa.repeat(pa.scalar(source["ts_ms"], pa.int64()), n)],
         schema=envelope_schema(schema),
     )
 
@@ -100,7 +119,7 @@ def snapshot_envelope(table_id: TableId, schema: TableSchema, rows: pa.Table, so
 def split_key_changes(events: Sequence[ChangeEvent], primary_key: Sequence[str]) -> list[ChangeEvent]:
     """Turn each update that changes the primary key into a delete and a create (as Debezium).
 
-    Both halves keep the update's position, so a change is still identified by file/pos/row.
+    Both halves keep the update's position, so a change is still identified by its position.
     """
     out: list[ChangeEvent] = []
     for e in events:
@@ -115,7 +134,8 @@ def split_key_changes(events: Sequence[ChangeEvent], primary_key: Sequence[str])
 
 
 def change_envelope(schema: TableSchema, events: Sequence[ChangeEvent], *, name: str) -> pa.Table:
-    """Build change rows for binlog events (c/u/d) of one table, in the given order."""
+    """Change rows for log events (c/u/d) of one table, in the given order (per-row Python:
+    the reference the dialects' column-wise builders are tested against)."""
     image = row_type(schema)
     cols = schema.column_names
     ops, befores, afters, sources, ts = [], [], [], [], []
@@ -123,17 +143,10 @@ def change_envelope(schema: TableSchema, events: Sequence[ChangeEvent], *, name:
         ops.append(e.op)
         befores.append(None if e.before is None else {c: e.before.get(c) for c in cols})
         afters.append(None if e.after is None else {c: e.after.get(c) for c in cols})
-        p = e.position
-        sources.append({
-            "version": __version__, "connector": CONNECTOR, "name": name, "ts_ms": e.ts_ms,
-            "snapshot": "false", "db": e.table_id.db, "table": e.table_id.table,
-            "server_id": e.server_id, "gtid": e.gtid, "file": p.file if p else None,
-            "pos": p.pos if p else None, "row": p.row if p else None, "thread": e.thread,
-            "query": e.query,
-        })
+        sources.append(source_block(schema.connector, name, e.table_id, e.ts_ms, "false", e.source))
         ts.append(e.ts_ms)
     return pa.Table.from_arrays(
         [pa.array(ops, pa.string()), pa.array(befores, image), pa.array(afters, image),
-         pa.array(sources, SOURCE_TYPE), pa.array(ts, pa.int64())],
+         pa.array(sources, source_type(schema.connector)), pa.array(ts, pa.int64())],
         schema=envelope_schema(schema),
     )

@@ -1,8 +1,10 @@
 """How one Spark stream carries the change rows of one or several tables.
 
 Columns are ``op``, ``before``, ``after``, ``source``, ``ts_ms`` (Debezium's envelope), plus
-``snapshot_files`` when snapshot rows are handed off as files (cdc/handoff.py): that column is
-null on every change row and holds the file descriptions on a manifest row.
+``staged`` when the job's sinks stage the rows on the executors (the job's case): every row is
+then a *manifest* row whose ``staged`` column describes what a sink writer staged (a
+:class:`sinks.base.Staged` as JSON), with null images. Without sinks (a user's
+``spark.readStream.format("mysql-cdc")``) the rows themselves flow.
 
 * One table: ``before`` and ``after`` are the table's row struct.
 * Several tables: ``before`` and ``after`` are structs with one field per table, named
@@ -25,7 +27,8 @@ import pyarrow.compute as pc
 
 from cdc.model.envelope import envelope_schema
 from cdc.model.schema import TableId, TableSchema
-from cdc.spark.handoff import MANIFEST_COLUMN
+
+MANIFEST_COLUMN = "staged"
 
 
 class StreamLayout:
@@ -33,7 +36,7 @@ class StreamLayout:
 
     Args:
         schemas: the captured tables (order does not matter; fields are sorted by name).
-        manifests: add the ``snapshot_files`` column (snapshot rows are handed off as files).
+        manifests: the rows are manifests of staged rows (add the ``staged`` column).
     """
 
     def __init__(self, schemas: Sequence[TableSchema], manifests: bool = False) -> None:
@@ -71,13 +74,13 @@ class StreamLayout:
             columns.append(pa.nulls(changes.num_rows, pa.string()))
         return pa.Table.from_arrays(columns, names=list(self.arrow_schema.names)).cast(self.arrow_schema)
 
-    def manifest(self, rows: pa.Table, files: list[dict[str, Any]]) -> pa.Table:
-        """One manifest row for files holding ``rows`` (one table's change rows, envelope
-        layout): their first row's op/source/ts_ms, null images, the files' JSON descriptions."""
+    def manifest(self, rows: pa.Table, staged: list[dict[str, Any]]) -> pa.Table:
+        """One manifest row for what the sinks staged of ``rows`` (one table's change rows,
+        envelope layout): their first row's op/source/ts_ms, null images, the JSON."""
         first = rows.slice(0, 1)
         images = pa.nulls(1, self.arrow_schema.field("after").type)
         return pa.Table.from_arrays(
-            [first["op"], images, images, first["source"], first["ts_ms"], pa.array([json.dumps(files)])],
+            [first["op"], images, images, first["source"], first["ts_ms"], pa.array([json.dumps(staged)])],
             names=list(self.arrow_schema.names)).cast(self.arrow_schema)
 
     def _wrap(self, table_id: TableId, images: pa.ChunkedArray) -> pa.Array:

@@ -1,4 +1,4 @@
-"""Spark session helpers: a local session for `python -m cdc` and tests, engine detection.
+"""Spark session helpers: a local session for `python -m cdc`, the demo and the tests.
 
 Runs on the driver only.
 """
@@ -49,12 +49,3 @@ def local_session(app_name: str = "spark-cdc", parallelism: int = 2, **conf: str
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("SPARK_CDC_SPARK_LOG_LEVEL", "WARN"))
     return spark
-
-
-def has_delta_spark(spark: Any) -> bool:
-    """True when delta-spark's classes (``io.delta``) are on the session's JVM classpath."""
-    try:
-        spark._jvm.java.lang.Class.forName("io.delta.tables.DeltaTable")
-        return True
-    except Exception:
-        return False

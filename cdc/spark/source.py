@@ -1,22 +1,24 @@
-"""The ``mysql-cdc`` Spark streaming source (Python Data Source API).
+"""The Spark streaming source (Python Data Source API), one format per dialect: ``mysql-cdc``, ...
 
-    spark.dataSource.register(MySqlCdcDataSource)
-    df = (spark.readStream.format("mysql-cdc")
-          .option("hostname", "127.0.0.1").option("port", "3306")
-          .option("username", "cdc").option("password", os.environ["MYSQL_PASSWORD"])
-          .option("tables", "shop\\..*").option("state_dir", "/checkpoints/shop/state")
-          .load())
+Two ways in:
 
-Options are the ``source:`` keys of the job config (cdc/config.py), as strings; ``tables`` is a
-comma-separated list or a JSON list of regexes, ``chunk_key_columns`` a JSON object. Also:
-``state_dir`` (required: the directory the offsets refer to; keep it with the checkpoint),
-``parallelism`` (tasks per batch, default 2), ``fetch_backend``, and ``snapshot_writer`` /
-``snapshot_writer_secret``: hand snapshot rows to a sink's file writer on the executors instead
-of sending them through Spark (cdc/handoff.py; the job sets them, see cdc/job.py).
+* **The job** (cdc/app/runner.py) builds a typed :class:`SourceSpec` from the parsed YAML and
+  registers :func:`bound_source` of it: the spec, sinks' writers included, reaches the driver
+  planner and the executors as pickled objects. Nothing is parsed twice.
+* **A user's own query** registers :func:`data_source` and passes the ``source:`` keys as
+  options (strings; ``tables`` a comma-separated or JSON list, ``chunk_key_columns`` and
+  ``startup_offset`` JSON) plus ``state_dir`` and ``parallelism``::
+
+      spark.dataSource.register(data_source("mysql"))
+      df = (spark.readStream.format("mysql-cdc").option("hostname", "127.0.0.1")
+            .option("username", "cdc").option("password", os.environ["MYSQL_PASSWORD"])
+            .option("tables", "shop\\..*").option("state_dir", "/checkpoints/shop_state").load())
+
+  The rows are Debezium-shaped change rows (cdc/spark/layout.py).
 
 Where things run: ``schema()`` and the stream reader's ``initialOffset``/``latestOffset``/
-``partitions``/``commit`` run on the driver (the planner, cdc/planner.py); ``read()`` runs on
-executors, one task per partition (cdc/tasks.py).
+``partitions``/``commit`` run on the driver (the planner, cdc/spark/planner.py); ``read()`` runs
+on executors, one task per partition (cdc/spark/tasks.py).
 """
 
 from __future__ import annotations
@@ -24,66 +26,65 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
-from binlog.mysql.connection import ConnectionSettings
-from binlog.mysql.keys import select_chunk_key
-from binlog.mysql.reader import ServerIdRange, binary_logs, check_server, current_offset
-from binlog.mysql.server import binary_log_sizes
-from binlog.mysql.timestamps import offset_at
-from cdc.model.config import MySqlSourceConfig, parse_config
+from binlog.dialect import Dialect, SupportsSplitSlices
+from binlog.registry import DIALECTS, create_dialect
+from cdc.model.config import parse_section
 from cdc.model.errors import ConfigError
-from cdc.model.positions import BinlogOffset, byte_cuts
-from cdc.model.schema import TableId, TableSchema, load_table_schema
-from cdc.spark import faults
-from cdc.spark.handoff import SECRET_OPTION, WRITER_OPTION, SnapshotHandoff
+from cdc.model.hooks import NO_HOOKS, Hooks
+from cdc.model.positions import Offset
+from cdc.model.schema import TableId, TableSchema
 from cdc.spark.layout import StreamLayout
-from cdc.spark.planner import Planner, PlannerOptions, SourceOffset
+from cdc.spark.offsets import SourceOffset
+from cdc.spark.planner import Planner, PlannerOptions
 from cdc.spark.state import StateStore
 from cdc.spark.tasks import (
     CdcPartition,
-    EmitItem,
-    StageItem,
-    StreamItem,
+    EmitChunk,
+    StageChunk,
+    StreamSlice,
     TaskContext,
-    region_for,
     run_partition,
 )
+from chunking.backfill import Region
 from chunking.splitter import SplitterOptions
+from sinks.base import SinkWriter
 
 log = logging.getLogger(__name__)
 
-SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
-_JSON_OPTIONS = ("chunk_key_columns", "startup_offset")
 DEFAULT_CHUNKS_PER_TASK = 16  # chunks_per_batch defaults to this x parallelism
-_EXTRA_OPTIONS = ("state_dir", "parallelism", "fetch_backend", WRITER_OPTION, SECRET_OPTION)
-# Walking over a rows event without decoding it costs about this much of decoding it and turning
-# it into change rows (benchmarks/binlog_blocks.py: 0.2 of decoding alone; 0.05-0.15 of a task in
-# a 2M-update catch-up, which also writes files): later pieces of a split slice are smaller by
-# this factor each, so that its tasks finish together.
-SKIP_COST = 0.15
+_JSON_OPTIONS = ("chunk_key_columns", "startup_offset")
+_EXTRA_OPTIONS = ("state_dir", "parallelism")
 
 
 @dataclass(frozen=True)
-class SourceSettings:
-    """The validated options of one ``mysql-cdc`` stream."""
+class SourceSpec:
+    """Everything one stream needs on the driver and the executors (typed, picklable).
 
-    source: MySqlSourceConfig
+    Attributes:
+        dialect: the source's dialect (holds the validated ``source:`` config).
+        state_dir: the state directory the offsets refer to (kept next to the checkpoint).
+        parallelism: tasks per batch.
+        writers: the sinks' executor sides; rows are staged by them (empty: rows flow).
+        hooks: crash points for tests.
+    """
+
+    dialect: Dialect
     state_dir: str
     parallelism: int = 2
-    fetch_backend: str = "auto"
-    handoff: SnapshotHandoff | None = None
+    writers: tuple[SinkWriter, ...] = ()
+    hooks: Hooks = field(default=NO_HOOKS)
 
     @classmethod
-    def from_options(cls, options: dict[str, str]) -> SourceSettings:
-        """Validate Spark reader options.
+    def from_options(cls, dialect: str, options: dict[str, str]) -> SourceSpec:
+        """A spec from Spark reader options (a user's ``readStream.format(...).option(...)``).
 
         Raises:
             ConfigError: an option is missing or invalid (named as in the job config).
@@ -100,143 +101,129 @@ class SourceSettings:
         for key in _JSON_OPTIONS:
             if key in source:
                 source[key] = json.loads(source[key])
-        config = parse_config({"source": source, "sink": {"path": "-"}, "checkpoint": "-"},
-                              origin="mysql-cdc options", warn_plain_password=False).source
+        config = parse_section(DIALECTS[dialect].config_class, {**source, "type": dialect}, "source")
         try:
             parallelism = int(extra.get("parallelism", "2"))
         except ValueError:
             raise ConfigError(f"option parallelism: {extra['parallelism']!r} is not a number") from None
-        return cls(config, extra["state_dir"], max(1, parallelism), extra.get("fetch_backend", "auto"),
-                   SnapshotHandoff.from_options(extra))
+        return cls(create_dialect(config), extra["state_dir"], max(1, parallelism))
 
-    def layout(self, schemas: dict[TableId, TableSchema]) -> StreamLayout:
-        """The stream's columns for these tables (with manifests when snapshot rows are handed off)."""
-        return StreamLayout(list(schemas.values()), manifests=self.handoff is not None)
-
-    def connection(self) -> ConnectionSettings:
-        s = self.source
-        return ConnectionSettings(host=s.hostname, port=s.port, user=s.username,
-                                  password=s.resolved_password(), connect_timeout=s.connect_timeout_s)
+    @property
+    def snapshot(self) -> bool:
+        return self.dialect.config.startup_mode in ("initial", "snapshot")
 
 
-def discover_tables(conn: Any, patterns: list[str]) -> list[TableId]:
-    """Base tables whose ``db.table`` fully matches one of the regexes (system schemas excluded).
+def table_schemas(dialect: Dialect, check: bool = True) -> dict[TableId, TableSchema]:
+    """Discover the captured tables and run the start-up checks (driver).
 
     Raises:
-        ConfigError: nothing matches (the message lists what the user can see).
+        CdcError: a start-up check failed (the message names the fix).
     """
-    with conn.cursor() as cur:
-        cur.execute("SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
-                    "WHERE TABLE_TYPE = 'BASE TABLE' AND TABLE_SCHEMA NOT IN %s "
-                    "ORDER BY TABLE_SCHEMA, TABLE_NAME", (SYSTEM_SCHEMAS,))
-        visible = [TableId(db, t) for db, t in cur.fetchall()]
-    compiled = [re.compile(p) for p in patterns]
-    matched = [t for t in visible if any(p.fullmatch(str(t)) for p in compiled)]
-    if not matched:
-        sample = ", ".join(map(str, visible[:10])) or "none"
-        raise ConfigError(f"source.tables {patterns} matched no table. Tables the CDC user can see: "
-                          f"{sample}{' ...' if len(visible) > 10 else ''}. Patterns are regexes on "
-                          "'database.table' (e.g. 'shop\\\\..*')", tables=patterns)
-    return matched
+    config = dialect.config
+    with contextlib.closing(dialect.connect()) as conn:
+        if check:
+            dialect.check_source(conn)
+        tables = dialect.discover_tables(conn, config.tables)
+        schemas = {t: dialect.table_schema(conn, t) for t in tables}
+    if config.startup_mode in ("initial", "snapshot"):
+        for schema in schemas.values():
+            dialect.chunk_key(schema)  # NoChunkKey names the fix
+    return schemas
 
 
-class MySqlCdcDataSource(DataSource):
-    """``spark.readStream.format("mysql-cdc")``: MySQL/MariaDB snapshot + binlog as Debezium rows."""
+class CdcDataSource(DataSource):
+    """``spark.readStream.format("<dialect>-cdc")``: a snapshot plus the change log as Debezium rows."""
+
+    dialect_name: ClassVar[str] = ""
+    spec: ClassVar[SourceSpec | None] = None  # set by bound_source: the job's typed spec
 
     @classmethod
     def name(cls) -> str:
-        return "mysql-cdc"
+        return f"{cls.dialect_name}-cdc"
 
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
-        self.settings = SourceSettings.from_options(dict(options))
+        bound = type(self).spec
+        self.source = bound if bound is not None else SourceSpec.from_options(self.dialect_name, dict(options))
         self._schemas: dict[TableId, TableSchema] | None = None
 
     def table_schemas(self) -> dict[TableId, TableSchema]:
-        """Discover and check the captured tables (driver; runs the start-up checks)."""
         if self._schemas is None:
-            s = self.settings.source
-            with contextlib.closing(self.settings.connection().connect()) as conn:
-                check_server(conn, ServerIdRange.parse(s.server_id))
-                tables = discover_tables(conn, s.tables)
-                schemas = {t: load_table_schema(conn, t) for t in tables}
-            if s.startup_mode in ("initial", "snapshot"):
-                for t, schema in schemas.items():
-                    select_chunk_key(schema, s.chunk_key_columns.get(str(t)))  # NoChunkKey names the fix
-            self._schemas = schemas
+            self._schemas = table_schemas(self.source.dialect)
         return self._schemas
 
+    def layout(self) -> StreamLayout:
+        return StreamLayout(list(self.table_schemas().values()), manifests=bool(self.source.writers))
+
     def schema(self) -> Any:
-        return self.settings.layout(self.table_schemas()).spark_schema()
+        return self.layout().spark_schema()
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return MySqlCdcStreamReader(self.settings, self.table_schemas())
+        return CdcStreamReader(self.source, self.table_schemas(), self.layout())
 
 
-class MySqlCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+def data_source(dialect: str) -> type[CdcDataSource]:
+    """The data source class of a dialect (``mysql`` -> format ``mysql-cdc``), for
+    ``spark.dataSource.register``."""
+    if dialect not in DIALECTS:
+        raise ConfigError(f"no dialect {dialect!r}; known: {', '.join(sorted(DIALECTS))}")
+    return type(f"{dialect.title()}CdcDataSource", (CdcDataSource,), {"dialect_name": dialect})
+
+
+def bound_source(spec: SourceSpec) -> type[CdcDataSource]:
+    """A data source class carrying ``spec``; Spark pickles the class, spec included, to the
+    Python processes that plan and read the stream."""
+    return type(f"Bound{spec.dialect.name.title()}CdcDataSource", (CdcDataSource,),
+                {"dialect_name": spec.dialect.name, "spec": spec})
+
+
+class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """The enumerator on the driver (offsets, plans) and the split reader on executors."""
 
-    def __init__(self, settings: SourceSettings, schemas: dict[TableId, TableSchema]) -> None:
-        self.settings = settings
-        s = settings.source
-        self.server_ids = ServerIdRange.parse(s.server_id).ids
-        store = StateStore(settings.state_dir)
-        self.context = TaskContext(settings=settings.connection(), schemas=schemas, store=store,
-                                   layout=settings.layout(schemas), name=s.name,
-                                   fetch_backend=settings.fetch_backend,  # type: ignore[arg-type]
-                                   handoff=settings.handoff)
-        snapshot = s.startup_mode in ("initial", "snapshot")
+    def __init__(self, spec: SourceSpec, schemas: dict[TableId, TableSchema], layout: StreamLayout) -> None:
+        self.spec = spec
+        config = spec.dialect.config
+        self.context = TaskContext(dialect=spec.dialect, schemas=schemas, store=StateStore(spec.state_dir),
+                                   layout=layout, writers=spec.writers, hooks=spec.hooks)
         options = PlannerOptions(
-            chunks_per_batch=s.chunks_per_batch or DEFAULT_CHUNKS_PER_TASK * settings.parallelism,
-            warmup_chunks=settings.parallelism,
-            splitter=SplitterOptions(chunk_size=s.chunk_size, distribution_factor_lower=s.distribution_factor_lower,
-                                     distribution_factor_upper=s.distribution_factor_upper),
-            chunk_key_columns=dict(s.chunk_key_columns), snapshot=snapshot, stream=s.startup_mode != "snapshot")
-        self.planner = Planner(self.context.settings, schemas, store, options)
-        self.target: BinlogOffset | None = None
+            chunks_per_batch=config.chunks_per_batch or DEFAULT_CHUNKS_PER_TASK * spec.parallelism,
+            warmup_chunks=spec.parallelism,
+            splitter=SplitterOptions(chunk_size=config.chunk_size,
+                                     distribution_factor_lower=config.distribution_factor_lower,
+                                     distribution_factor_upper=config.distribution_factor_upper),
+            snapshot=spec.snapshot, stream=config.startup_mode != "snapshot")
+        self.planner = Planner(spec.dialect, schemas, self.context.store, options)
+        self.target: Offset | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state.pop("planner", None)  # driver-only, holds a connection
         return state
 
+    def _offset(self, d: dict[str, Any]) -> SourceOffset:
+        return SourceOffset.from_dict(d, self.spec.dialect.offset_from_dict)
+
     # --- driver ------------------------------------------------------------------------------
 
     def initialOffset(self) -> dict[str, Any]:
-        return self.planner.initial(self._startup_position()).to_dict()
-
-    def _startup_position(self) -> BinlogOffset | None:
-        s = self.settings.source
-        if s.startup_mode == "earliest-offset":
-            files = binary_logs(self.planner.connection())
-            return BinlogOffset(files[0], 4)
-        if s.startup_mode == "specific-offset":
-            assert s.startup_offset is not None
-            if s.startup_offset.file is None or s.startup_offset.pos is None:
-                raise ConfigError("source.startup_offset: a GTID start is not supported yet; give file and pos")
-            return BinlogOffset(s.startup_offset.file, s.startup_offset.pos)
-        if s.startup_mode == "timestamp":
-            assert s.startup_timestamp_ms is not None
-            return offset_at(self.context.settings, self.server_ids[0], s.startup_timestamp_ms)
-        return None
+        return self.planner.initial().to_dict()
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        begin = SourceOffset.from_dict(start)
-        faults.check(self.context.store, "plan")
+        begin = self._offset(start)
+        self.spec.hooks.reached("plan")
         self.planner.forget_emitted(begin)  # `start` ends the last committed batch
         return self.planner.plan(begin, self.target).to_dict()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self.target = current_offset(self.planner.connection())
-        log.info("available-now run: stops at binlog %s once the snapshot is done", self.target)
+        self.target = self.spec.dialect.current_offset(self.planner.connection())
+        log.info("available-now run: stops at %s once the snapshot is done", self.target)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
-        return plan_partitions(SourceOffset.from_dict(start), SourceOffset.from_dict(end), self.context,
-                               self.settings, list(self.server_ids),
-                               lambda: binary_log_sizes(self.planner.connection()))
+        return plan_partitions(self._offset(start), self._offset(end), self.context, self.spec,
+                               lambda: self.planner.connection())
 
     def commit(self, end: dict[str, Any]) -> None:
-        self.planner.forget_emitted(SourceOffset.from_dict(end))
+        self.planner.forget_emitted(self._offset(end))
 
     def stop(self) -> None:
         self.planner.close()
@@ -248,63 +235,67 @@ class MySqlCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return run_partition(partition, self.context)
 
 
-def plan_partitions(start: SourceOffset, end: SourceOffset, ctx: TaskContext, settings: SourceSettings,
-                    server_ids: list[int], binlog_sizes: Callable[[], dict[str, int]]) -> list[InputPartition]:
+def regions(start: SourceOffset, ctx: TaskContext) -> dict[str, Region]:
+    """Each table's finished region when the batch starts (what of it streams)."""
+    out = {}
+    for name, progress in start.tables.items():
+        table = TableId.parse(name)
+        if table not in ctx.schemas:
+            continue
+        if progress.state == "stream":
+            out[name] = Region(everything=True)
+        elif progress.state == "snapshot" and progress.upto is not None:
+            column = ctx.dialect.chunk_key(ctx.schemas[table]).name
+            out[name] = Region(everything=False, upto=progress.upto, key_column=column)
+    return out
+
+
+def plan_partitions(start: SourceOffset, end: SourceOffset, ctx: TaskContext, spec: SourceSpec,
+                    connection: Callable[[], Any]) -> list[InputPartition]:
     """Spread a batch's work over tasks: stage chunks, emit chunks, the stream slice.
 
-    A long slice in a batch without emits (a catch-up) is split over up to ``parallelism`` tasks,
-    each with its own server id; ``binlog_sizes`` gives the server's binlog file sizes then.
+    A long slice in a batch without emits (a catch-up) is cut for up to ``parallelism`` tasks,
+    each with its own reader id, when the dialect can (``SupportsSplitSlices``).
     """
-    p = settings.parallelism
-    hw, ts = end.binlog, end.ts_ms
-    stages = [StageItem(t, i) for t, (lo, hi) in sorted(end.stage.items()) for i in range(lo, hi)]
-    emits = [EmitItem(t, i) for t, (lo, hi) in sorted(end.emit.items()) for i in range(lo, hi)]
-    regions = {}
-    if settings.source.startup_mode != "snapshot":
-        for name, progress in start.tables.items():
-            table = TableId.parse(name)
-            if table in ctx.schemas:
-                region = region_for(ctx.schemas[table], progress.state, progress.upto,
-                                    settings.source.chunk_key_columns.get(name))
-                if region is not None:
-                    regions[name] = region
-    stream = [StreamItem(start.binlog, hw, regions)] if regions and start.binlog.is_before(hw) else []
+    p, reader_ids = spec.parallelism, ctx.dialect.reader_ids()
+    hw, ts = end.position, end.ts_ms
+    stages = [StageChunk(t, i) for t, (lo, hi) in sorted(end.stage.items()) for i in range(lo, hi)]
+    emits = [EmitChunk(t, i) for t, (lo, hi) in sorted(end.emit.items()) for i in range(lo, hi)]
+    streaming = regions(start, ctx) if ctx.dialect.config.startup_mode != "snapshot" else {}
+    stream = [StreamSlice(start.position, hw, streaming)] if streaming and start.position.is_before(hw) else []
     parts: list[CdcPartition] = []
-    emit_slots = min(p, len(server_ids) - 1)
-    if emit_slots < 1:  # one server id: the stream task does the emits too, one after another
+    emit_slots = min(p, len(reader_ids) - 1)
+    if emit_slots < 1:  # one reader id: the stream task does the emits too, one after another
         stream_items: list[Any] = list(emits) + stream
         emits = []
     elif stream and not emits:
         stream_items = []
-        for i, piece in enumerate(_split_stream(stream[0], min(p, len(server_ids)),
-                                                settings.source.stream_split_bytes, binlog_sizes)):
-            parts.append(CdcPartition(i, server_ids[i], [piece], hw, ts))
+        for i, piece in enumerate(_cut(stream[0], min(p, len(reader_ids)), ctx.dialect, connection)):
+            parts.append(CdcPartition(i, reader_ids[i], [piece], hw, ts))
     else:
         stream_items = list(stream)
     if stream_items:
-        parts.append(CdcPartition(0, server_ids[0], stream_items, hw, ts))
+        parts.append(CdcPartition(0, reader_ids[0], stream_items, hw, ts))
     # Task j emits a contiguous run of chunks (its files then cover one key range) and stages a
-    # run of the next ones, at the same time (cdc/tasks.py). Only emits read the binlog, each
-    # with its own server id; staging reads none.
+    # run of the next ones, at the same time (cdc/spark/tasks.py). Only emits read the log, each
+    # with its own reader id; staging reads none.
     emit_runs, stage_runs = _runs(emits, emit_slots), _runs(stages, p)
     for j in range(max(len(emit_runs), len(stage_runs))):
         items = (emit_runs[j] if j < len(emit_runs) else []) + (stage_runs[j] if j < len(stage_runs) else [])
-        server_id = server_ids[1 + j] if j < len(emit_runs) else server_ids[0]
-        parts.append(CdcPartition(len(parts), server_id, items, hw, ts))
+        reader = reader_ids[1 + j] if j < len(emit_runs) else reader_ids[0]
+        parts.append(CdcPartition(len(parts), reader, items, hw, ts))
     return list(parts)
 
 
-def _split_stream(item: StreamItem, tasks: int, min_bytes: int,
-                  binlog_sizes: Callable[[], dict[str, int]]) -> list[StreamItem]:
+def _cut(item: StreamSlice, tasks: int, dialect: Dialect, connection: Callable[[], Any]) -> list[StreamSlice]:
     """The pieces of a stream slice for ``tasks`` tasks (one piece when it is short)."""
-    # A short slice in one file stays whole without asking the server for its file sizes.
-    short = item.start.file == item.end.file and item.end.pos - item.start.pos < 2 * min_bytes
-    cuts = [] if tasks < 2 or short else byte_cuts(item.start, item.end, binlog_sizes(), tasks, min_bytes,
-                                                   SKIP_COST)
+    cuts: list[Any] = []
+    if isinstance(dialect, SupportsSplitSlices) and tasks > 1:
+        cuts = dialect.slice_cuts(connection, item.start, item.end, tasks)
     if cuts:
-        log.info("binlog slice %s..%s is read by %d tasks, cut at %s", item.start, item.end, len(cuts) + 1,
+        log.info("log slice %s..%s is read by %d tasks, cut at %s", item.start, item.end, len(cuts) + 1,
                  ", ".join(map(str, cuts)))
-    bounds: list[BinlogOffset | None] = [None, *cuts]
+    bounds: list[Any] = [None, *cuts]
     ends = [*cuts, item.end]
     return [replace(item, end=e, decode_from=b) for b, e in zip(bounds, ends, strict=True)]
 
@@ -321,3 +312,6 @@ def _runs(items: list[Any], n: int) -> list[list[Any]]:
         out.append(items[at:at + step])
         at += step
     return out
+
+
+MySqlCdcDataSource = data_source("mysql")

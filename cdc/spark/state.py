@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.ipc as ipc
 
-from cdc.model.positions import BinlogOffset
+from cdc.model.positions import Offset
 from cdc.model.schema import TableId
 
 _LW_KEY = b"spark_cdc.low_watermark"
@@ -107,7 +107,7 @@ class StateStore:
     def staged_path(table: TableId, split_id: int) -> str:
         return f"staged/{table}/{split_id}.arrow"
 
-    def write_staged(self, table: TableId, split_id: int, rows: pa.Table, lw: BinlogOffset) -> None:
+    def write_staged(self, table: TableId, split_id: int, rows: pa.Table, lw: Offset) -> None:
         """Store a staged chunk: its rows, and its LW in the schema metadata."""
         meta = dict(rows.schema.metadata or {})
         meta[_LW_KEY] = json.dumps(lw.to_dict()).encode()
@@ -117,11 +117,11 @@ class StateStore:
             writer.write_table(rows, max_chunksize=65536)
         self.write_bytes(self.staged_path(table, split_id), sink.getvalue().to_pybytes())
 
-    def staged_low_watermark(self, table: TableId, split_id: int) -> BinlogOffset:
-        """The LW of a staged chunk (reads only the file's schema)."""
+    def staged_low_watermark(self, table: TableId, split_id: int) -> dict[str, Any]:
+        """The LW of a staged chunk as its dialect wrote it (reads only the file's schema)."""
         with self.fs.open_input_file(self.path(self.staged_path(table, split_id))) as f:
             schema = ipc.open_file(f).schema
-        return BinlogOffset.from_dict(json.loads(schema.metadata[_LW_KEY]))
+        return dict(json.loads(schema.metadata[_LW_KEY]))
 
     def read_staged(self, table: TableId, split_id: int) -> pa.Table:
         """The rows of a staged chunk, without the LW metadata."""

@@ -34,7 +34,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -44,8 +44,9 @@ from deltalake.fs import DeltaStorageHandler
 from deltalake.transaction import AddAction
 
 from cdc.model.schema import TableSchema
-from cdc.spark.handoff import options_for
+from sinks.base import SinkWriter, StreamKind
 from sinks.changes import changelog_schema, mirror_schema, normalize, snapshot_rows
+from sinks.delta.config import DeltaSinkConfig
 from sinks.delta.tables import (
     TableKind,
     app_id,
@@ -54,9 +55,6 @@ from sinks.delta.tables import (
     is_committed,
     stats_eligible,
 )
-
-if TYPE_CHECKING:
-    from sinks.delta.sink import DeltaSinkConfig
 
 _STRING_STATS_PREFIX = 32
 READ_THREADS = 4  # change files read at once by the driver
@@ -100,26 +98,25 @@ class StagedFile:
         return cls(**d)
 
 
-HANDOFF_WRITER = "sinks.delta.files:handoff_write"
+class DeltaFileWriter(SinkWriter):
+    """The Delta sink's executor side: snapshot rows become mirror and changelog Parquet files,
+    change rows changelog files, under each table's directory (uncommitted until the driver
+    commits them).
 
+    Args:
+        config: the sink configuration (picklable; storage options stay out of ``repr``).
+    """
 
-def handoff_options(config: DeltaSinkConfig) -> dict[str, str]:
-    """The ``mysql-cdc`` source options that make emit tasks write snapshot files for ``config``
-    (cdc/handoff.py); storage options travel in the option Spark redacts."""
-    public = config.model_dump(exclude={"storage_options"})
-    return options_for(HANDOFF_WRITER, public, {"storage_options": config.storage_options})
+    def __init__(self, config: DeltaSinkConfig) -> None:
+        self.config = config
 
+    def __repr__(self) -> str:
+        return f"DeltaFileWriter({self.config.path!r})"
 
-def handoff_write(config: dict[str, Any], schema: TableSchema, changes: pa.Table,
-                  stream: str = "snapshot") -> list[dict[str, Any]]:
-    """Executor: the hand-off writer (cdc/handoff.py) of the Delta sink: snapshot rows go to
-    :func:`write_snapshot_files`, change rows to :func:`write_change_files`."""
-    from sinks.delta.sink import DeltaSinkConfig
-
-    sink = DeltaSinkConfig(**config)
-    files = write_change_files(sink, schema, changes) if stream == "changes" else \
-        write_snapshot_files(sink, schema, changes)
-    return [f.to_dict() for f in files]
+    def write(self, schema: TableSchema, rows: pa.Table, stream: StreamKind) -> list[dict[str, Any]]:
+        files = write_change_files(self.config, schema, rows) if stream == "changes" else \
+            write_snapshot_files(self.config, schema, rows)
+        return [f.to_dict() for f in files]
 
 
 def write_change_files(config: DeltaSinkConfig, schema: TableSchema, changes: pa.Table) -> list[StagedFile]:
@@ -157,7 +154,7 @@ def read_change_files(config: DeltaSinkConfig, schema: TableSchema, files: Itera
 def commit_change_files(config: DeltaSinkConfig, schema: TableSchema, files: list[StagedFile],
                         query_id: str, batch_id: int) -> bool:
     """Driver side: commit a batch's change files to the changelog in one transaction, tagged
-    like :meth:`sinks.delta.DeltaSink.write_changelog` (the mirror follower finds batches by it).
+    like :meth:`sinks.delta.engines.DeltaTables.write_changelog` (the mirror follower finds batches by it).
     False when the changelog already holds the batch."""
     return _commit(config, schema, "changelog", changelog_schema(schema), files, app_id(query_id, "batch"),
                    batch_id)
@@ -242,7 +239,7 @@ def commit_snapshot_files(
         config: the sink configuration.
         schema: the source table the files belong to.
         files: every file the batch's executors staged for this table.
-        query_id: the query's stable identity (as given to :class:`sinks.delta.DeltaSink`).
+        query_id: the job's stable identity (as given to :class:`sinks.delta.engines.DeltaTables`).
         batch_id: Spark's micro-batch id.
 
     Returns:

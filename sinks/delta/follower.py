@@ -26,7 +26,6 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote
 
@@ -38,10 +37,11 @@ from deltalake.exceptions import TableNotFoundError
 from deltalake.fs import DeltaStorageHandler
 
 from cdc.model.errors import CdcError, Terminal
+from cdc.model.hooks import NO_HOOKS, Hooks
 from cdc.model.schema import TableId, TableSchema
 from sinks.changes import changelog_schema
+from sinks.delta.engines import DeltaTables
 from sinks.delta.files import StagedFile, read_change_files
-from sinks.delta.sink import DeltaSink
 
 log = logging.getLogger(__name__)
 
@@ -58,14 +58,14 @@ class MirrorFollower:
     Args:
         sink: the sink whose mirrors follow (its changelogs are already written).
         schemas: the captured tables.
-        before_merge: called in the thread before each MERGE (fault injection in tests).
+        hooks: passed ``mirror`` in the thread before each MERGE (crash tests).
     """
 
-    def __init__(self, sink: DeltaSink, schemas: dict[TableId, TableSchema],
-                 before_merge: Callable[[], None] | None = None) -> None:
+    def __init__(self, sink: DeltaTables, schemas: dict[TableId, TableSchema],
+                 hooks: Hooks = NO_HOOKS) -> None:
         self.sink = sink
         self.schemas = schemas
-        self.before_merge = before_merge
+        self.hooks = hooks
         self.merges = 0
         self._queue: list[tuple[int, Changes]] = []
         self._busy = False
@@ -97,8 +97,9 @@ class MirrorFollower:
             return
         with self._cond:
             self._queue.append((batch_id, changes))
+            self._closed = False  # a closed follower that gets work again starts a new thread
             self._cond.notify_all()
-        if self._thread is None:
+        if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=self._run, name="mirror-follower", daemon=True)
             self._thread.start()
 
@@ -147,8 +148,7 @@ class MirrorFollower:
                 self._cond.notify_all()
 
     def _merge(self, work: list[tuple[int, Changes]]) -> None:
-        if self.before_merge is not None:
-            self.before_merge()
+        self.hooks.reached("mirror")
         last = work[-1][0]
         for table_id, schema in self.schemas.items():
             began = time.perf_counter()
@@ -176,7 +176,7 @@ class MirrorFollower:
         return -1 if version is None else int(version)
 
 
-def changelog_batches_after(sink: DeltaSink, schema: TableSchema, after: int) -> list[tuple[int, pa.Table]]:
+def changelog_batches_after(sink: DeltaTables, schema: TableSchema, after: int) -> list[tuple[int, pa.Table]]:
     """The change rows the changelog holds for batches after ``after``, oldest batch first.
 
     Reads the changelog's commit files backwards until the commit of batch ``after`` or older:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -33,10 +33,8 @@ from deltalake.fs import DeltaStorageHandler
 
 from cdc.model.schema import TableSchema
 from sinks.changes import DELETE_FLAG
+from sinks.delta.config import DeltaSinkConfig
 from sinks.delta.files import StagedFile, local_dir, write_table_file
-
-if TYPE_CHECKING:
-    from sinks.delta.sink import DeltaSinkConfig
 
 UPSERT_FILE_ROWS = 131_072  # the most rows of one file of new rows (the snapshot's file size)
 

@@ -1,256 +1,117 @@
-"""The Delta Lake sink: a MERGE-maintained mirror and an append-only changelog per source table.
+"""The Delta sink (``type: delta``): the Sink contract over a mirror and a changelog per table.
 
-Runs on the Spark driver inside ``foreachBatch``; one :class:`DeltaSink` serves every table of a
-query. Two engines write the same tables:
+Executor side (:class:`~sinks.delta.files.DeltaFileWriter`): snapshot rows become Parquet files
+of the mirror and the changelog, change rows files of the changelog, written under each table's
+directory and not yet part of any Delta version.
 
-* ``delta-rs`` (the ``deltalake`` package, no JVM): the default here, fully tested;
-* ``delta-spark``: Spark's own Delta writer, used when ``io.delta`` classes are on the active
-  session's classpath (see :mod:`sinks.delta.spark_engine`).
+Driver side (:class:`DeltaSink`), once per batch:
 
-``engine: auto`` picks delta-spark when it is available, else delta-rs.
+* snapshot files are committed in one Delta transaction per table and kind, carrying the app
+  transaction ``(spark-cdc/<job>/snapshot, batch id)``;
+* change files are committed to the changelog in log order, carrying
+  ``(spark-cdc/<job>/batch, batch id)``; the mirror MERGE follows in a background thread
+  (:mod:`sinks.delta.follower`; ``async_mirror: false`` MERGEs inline).
 
-Mirror writes (per batch, per table): the batch is reduced to the last state of each touched key
-(:func:`sinks.changes.mirror_changes`, vectorized), then applied in one MERGE on the primary-key
-columns: deleted keys are removed, the others updated or inserted. ``snapshot_append=True`` lets
-an all-``r`` batch be appended instead (cheaper; the caller vouches that its keys are not in the
-mirror yet). Changelog writes append every event as it came. Each write is one Delta commit
-carrying the app transaction ``(app_id(query_id, "batch"), batch_id)``; see
-:mod:`sinks.delta.tables` for how replays are recognised.
-
-Bulk snapshot rows can skip the driver altogether: see :mod:`sinks.delta.files`.
+Every commit first reads its table's app-transaction version and does nothing when the table
+already holds the batch: a replayed batch writes nothing twice, and a batch whose commit was cut
+short between two tables completes on replay. Files of a replay that are not committed stay
+orphans that no Delta version references (VACUUM removes them). After a crash the mirror
+catches up from the changelog (:meth:`DeltaSink.open`).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol
+import logging
+from typing import Any, ClassVar
 
-import pyarrow as pa
-from deltalake import DeltaTable, write_deltalake
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from deltalake import DeltaTable
 
+from cdc.model.config import SinkConfig
 from cdc.model.errors import ConfigError
+from cdc.model.hooks import NO_HOOKS, Hooks
 from cdc.model.schema import TableId, TableSchema
-from sinks.base import WriteResult
-from sinks.changes import (
-    DELETE_FLAG,
-    changelog_schema,
-    mirror_changes,
-    mirror_schema,
-    normalize,
-    ops_are,
-    snapshot_rows,
+from sinks.base import Committed, Sink, SinkWriter, TableBatch
+from sinks.delta.config import DeltaSinkConfig
+from sinks.delta.engines import DeltaTables
+from sinks.delta.files import (
+    DeltaFileWriter,
+    StagedFile,
+    commit_change_files,
+    commit_snapshot_files,
+    read_change_files,
 )
-from sinks.delta.rewrite import rewrite_all
-from sinks.delta.tables import (
-    TableKind,
-    app_id,
-    commit_properties,
-    ensure_marked,
-    ensure_table,
-    is_committed,
-    merge_predicate,
-    mirror_key,
-    quote,
-    table_uri,
-)
+from sinks.delta.follower import MirrorFollower
 
-Engine = Literal["auto", "delta-rs", "delta-spark"]
+log = logging.getLogger(__name__)
 
 
-class DeltaSinkConfig(BaseModel):
-    """Where and how the Delta sink writes (YAML section ``sink``).
+class DeltaSink(Sink):
+    """Mirror + changelog Delta tables per source table, exactly once per batch."""
 
-    Attributes:
-        path: root directory or URI (``s3://bucket/prefix``, ``abfss://...``) of the tables.
-        storage_options: object-store options passed to delta-rs (credentials, region, ...).
-            Kept out of ``repr`` so they never reach a log line.
-        engine: ``delta-rs``, ``delta-spark`` or ``auto`` (delta-spark when its classes are on
-            the active Spark session's classpath, else delta-rs).
-    """
+    name: ClassVar[str] = "delta"
+    config_class: ClassVar[type[SinkConfig]] = DeltaSinkConfig
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    def __init__(self, config: SinkConfig, job_id: str, spark: Any | None = None,
+                 hooks: Hooks = NO_HOOKS) -> None:
+        if not isinstance(config, DeltaSinkConfig):
+            raise ConfigError(f"the delta sink needs a DeltaSinkConfig, not {type(config).__name__}")
+        super().__init__(config, job_id, spark, hooks)
+        self.delta = config
+        self.tables = DeltaTables(config, job_id, spark)
+        self.follower: MirrorFollower | None = None
 
-    path: str
-    storage_options: dict[str, str] = Field(default_factory=dict, repr=False)
-    engine: Engine = "auto"
+    def describe(self) -> str:
+        return f"delta at {self.delta.path} ({self.tables.engine_name})"
 
-    @field_validator("path")
-    @classmethod
-    def _path_not_empty(cls, v: str) -> str:
-        if not v.strip():
-            raise ValueError("sink.path must name a directory or URI, e.g. /data/cdc or s3://b/cdc")
-        return v
+    def writer(self) -> SinkWriter:
+        return DeltaFileWriter(self.delta)
 
-    def uri(self, table_id: TableId, kind: TableKind) -> str:
-        """The URI of ``table_id``'s mirror or changelog."""
-        return table_uri(self.path, table_id, kind)
+    def open(self, schemas: dict[TableId, TableSchema]) -> None:
+        if self.delta.async_mirror:
+            self.follower = MirrorFollower(self.tables, schemas, hooks=self.hooks)
+            self.follower.recover()
 
+    def commit(self, batch_id: int, tables: list[TableBatch]) -> list[Committed]:
+        if self.follower is not None and any(t.snapshot for t in tables):
+            self.follower.drain()  # the mirror takes every table's rows in batch order
+        out: list[Committed] = []
+        follow: dict[TableId, list[StagedFile]] = {}
+        for batch in sorted(tables, key=lambda b: b.schema.table_id):
+            snapshot = self._commit_snapshot(batch, batch_id)
+            if snapshot:
+                self.hooks.reached("sink_commit")  # crash tests: snapshot committed, changes not yet
+            changes = [StagedFile.from_dict(d) for d in batch.changes]
+            written = bool(changes) and commit_change_files(self.delta, batch.schema, changes, self.job_id, batch_id)
+            if written:
+                self.hooks.reached("sink_commit")  # crash tests: changelog committed, mirror not yet
+            if changes and self.follower is None:
+                rows = read_change_files(self.delta, batch.schema, changes)
+                self.tables.write_mirror(batch.schema, rows, batch_id)
+            elif changes:
+                follow[batch.schema.table_id] = changes
+            out.append(Committed(str(batch.schema.table_id), snapshot, written))
+        if self.follower is not None and follow:
+            self.follower.submit(batch_id, dict(follow))  # the follower reads the files itself
+        return out
 
-class TableWriter(Protocol):
-    """One engine's two writes. Both receive a normalized batch (see ``sinks.changes``)."""
-
-    def write_mirror(
-        self, schema: TableSchema, batch: pa.Table, app: str, batch_id: int, append: bool
-    ) -> bool:
-        """Apply ``batch`` to the mirror unless already there; True when it committed."""
-        ...
-
-    def write_changelog(self, schema: TableSchema, batch: pa.Table, app: str, batch_id: int) -> bool:
-        """Append ``batch`` to the changelog unless already there; True when it committed."""
-        ...
-
-
-class DeltaSink:
-    """The Delta sink of one streaming query (implements :class:`sinks.base.ChangeSink`).
-
-    Args:
-        config: the sink configuration.
-        query_id: a stable identity of the query, the same across restarts (e.g. derived from
-            its checkpoint location), never Spark's run id: it keys the idempotency records.
-        spark: the Spark session for the delta-spark engine; defaults to the active session.
-
-    Raises:
-        ConfigError: ``query_id`` is empty, or ``engine: delta-spark`` was asked for but its
-            classes are not on the classpath.
-    """
-
-    def __init__(self, config: DeltaSinkConfig, query_id: str, spark: Any | None = None) -> None:
-        if not query_id:
-            raise ConfigError("the Delta sink needs a non-empty query id (the checkpoint's identity)")
-        self.config = config
-        self.query_id = query_id
-        self.app_id = app_id(query_id, "batch")
-        self.engine_name, self._writer = _select_engine(config, spark)
-
-    def write_batch(
-        self, schema: TableSchema, changes: pa.Table, batch_id: int, *, snapshot_append: bool = False
-    ) -> WriteResult:
-        """Apply one micro-batch of one table: the mirror first, then the changelog.
-
-        Args:
-            schema: the source table's columns and primary key.
-            changes: the change rows in stream order (see :mod:`sinks.changes`).
-            batch_id: Spark's micro-batch id.
-            snapshot_append: append an all-``r`` batch to the mirror instead of merging it; only
-                for snapshot rows whose keys the mirror does not hold yet.
-
-        Raises:
-            InvalidChangeBatch: ``changes`` breaks the change-batch contract.
-            SinkSchemaMismatch: an existing table no longer fits ``schema``.
-        """
-        batch = normalize(changes, schema)
-        mirror = self._writer.write_mirror(schema, batch, self.app_id, batch_id, snapshot_append)
-        changelog = self._writer.write_changelog(schema, batch, self.app_id, batch_id)
-        return WriteResult(str(schema.table_id), batch_id, mirror, changelog, batch.num_rows)
-
-    def write_mirror(
-        self, schema: TableSchema, changes: pa.Table, batch_id: int, *, snapshot_append: bool = False
-    ) -> bool:
-        """Apply the batch to the mirror only. True when it committed, False when the mirror
-        already held the batch or the batch is empty.
-
-        Raises:
-            InvalidChangeBatch: ``changes`` breaks the change-batch contract.
-            SinkSchemaMismatch: the existing mirror no longer fits ``schema``.
-        """
-        batch = normalize(changes, schema)
-        return self._writer.write_mirror(schema, batch, self.app_id, batch_id, snapshot_append)
-
-    def write_changelog(self, schema: TableSchema, changes: pa.Table, batch_id: int) -> bool:
-        """Append the batch to the changelog only. True when it committed.
-
-        Raises:
-            InvalidChangeBatch: ``changes`` breaks the change-batch contract.
-            SinkSchemaMismatch: the existing changelog no longer fits ``schema``.
-        """
-        batch = normalize(changes, schema)
-        return self._writer.write_changelog(schema, batch, self.app_id, batch_id)
-
-
-def _select_engine(config: DeltaSinkConfig, spark: Any | None) -> tuple[str, TableWriter]:
-    if config.engine == "delta-rs":
-        return "delta-rs", DeltaRsWriter(config)
-    from sinks.delta.spark_engine import DeltaSparkWriter, active_session, delta_spark_available
-
-    session = spark if spark is not None else active_session()
-    if session is not None and delta_spark_available(session):
-        return "delta-spark", DeltaSparkWriter(config, session)
-    if config.engine == "delta-spark":
-        raise ConfigError(
-            "sink.engine is 'delta-spark' but no Spark session with io.delta classes on its "
-            "classpath is active: add delta-spark's jars (spark.jars.packages "
-            "io.delta:delta-spark_2.13:<version>) or set sink.engine to 'delta-rs' or 'auto'",
-            key="sink.engine",
-        )
-    return "delta-rs", DeltaRsWriter(config)
-
-
-class DeltaRsWriter:
-    """The delta-rs engine: MERGE and appends through the ``deltalake`` package."""
-
-    def __init__(self, config: DeltaSinkConfig) -> None:
-        self._config = config
-        self._tables: dict[str, DeltaTable] = {}
-
-    def _table(self, schema: TableSchema, kind: TableKind, storage: pa.Schema) -> DeltaTable:
-        uri = self._config.uri(schema.table_id, kind)
-        table = self._tables.get(uri)
-        if table is None:
-            table = ensure_table(uri, self._config.storage_options, schema, kind, storage)
-            self._tables[uri] = table
-        else:
-            table.update_incremental()
-        return table
-
-    def write_mirror(
-        self, schema: TableSchema, batch: pa.Table, app: str, batch_id: int, append: bool
-    ) -> bool:
-        """Merge (or, for an all-``r`` batch with ``append``, append) into the mirror."""
-        if batch.num_rows == 0:
+    def _commit_snapshot(self, batch: TableBatch, batch_id: int) -> bool:
+        """Commit the files the emit tasks wrote, one transaction per table and kind."""
+        if not batch.snapshot:
             return False
-        storage = mirror_schema(schema)
-        table = self._table(schema, "mirror", storage)
-        if is_committed(table, app, batch_id):
-            return False
-        props = commit_properties(app, batch_id)
-        if append and ops_are(batch, {"r"}):
-            write_deltalake(table, snapshot_rows(batch, storage), mode="append",
-                            commit_properties=props)
-            return True
-        key = mirror_key(schema)
-        source = mirror_changes(batch, key, storage)
-        if rewrite_all(self._config, schema, table, source, storage, props):
-            return True  # every file held a changed key: rewritten file by file, in parallel
-        _merge(table, source, key, storage.names, props, null_safe=not schema.primary_key)
-        ensure_marked(table, app, batch_id)
-        return True
+        files = [StagedFile.from_dict(d) for d in batch.snapshot]
+        done = commit_snapshot_files(self.delta, batch.schema, files, self.job_id, batch_id)
+        return any(done.values())
 
-    def write_changelog(self, schema: TableSchema, batch: pa.Table, app: str, batch_id: int) -> bool:
-        """Append every event of ``batch`` to the changelog."""
-        if batch.num_rows == 0:
-            return False
-        storage = changelog_schema(schema)
-        table = self._table(schema, "changelog", storage)
-        if is_committed(table, app, batch_id):
-            return False
-        write_deltalake(table, batch.cast(storage), mode="append",
-                        commit_properties=commit_properties(app, batch_id))
-        return True
+    def close(self) -> None:
+        if self.follower is not None:
+            self.follower.close()
 
+    def row_counts(self, schemas: dict[TableId, TableSchema]) -> dict[str, dict[str, int | None]]:
+        def count(uri: str) -> int | None:
+            try:
+                return int(DeltaTable(uri, storage_options=self.delta.storage_options or None).count())
+            except Exception:  # not created yet (nothing written), or unreadable: the summary says "-"
+                return None
 
-def _merge(
-    table: DeltaTable, source: pa.Table, key: tuple[str, ...], columns: list[str], props: Any,
-    *, null_safe: bool = False,
-) -> None:
-    flag = f"s.{quote(DELETE_FLAG)}"
-    values = {quote(c): f"s.{quote(c)}" for c in columns}
-    # streamed_exec=True (the default) also keeps delta-rs from pruning target files with source
-    # min/max statistics, which loses rows for decimal(20,0) keys above the int64 range.
-    (
-        table.merge(source, merge_predicate(key, null_safe), source_alias="s", target_alias="t",
-                    streamed_exec=True, commit_properties=props)
-        .when_matched_delete(predicate=flag)
-        .when_matched_update(values, predicate=f"NOT {flag}")
-        .when_not_matched_insert(values, predicate=f"NOT {flag}")
-        .execute()
-    )
+        return {str(t): {"mirror rows": count(self.delta.uri(t, "mirror")),
+                         "changelog rows": count(self.delta.uri(t, "changelog"))} for t in sorted(schemas)}

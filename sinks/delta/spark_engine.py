@@ -23,7 +23,7 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 from deltalake import DeltaTable
@@ -37,6 +37,7 @@ from sinks.changes import (
     ops_are,
     snapshot_rows,
 )
+from sinks.delta.config import DeltaSinkConfig
 from sinks.delta.tables import (
     TableKind,
     ensure_marked,
@@ -46,9 +47,6 @@ from sinks.delta.tables import (
     mirror_key,
     quote,
 )
-
-if TYPE_CHECKING:
-    from sinks.delta.sink import DeltaSinkConfig
 
 DELTA_CLASS = "io.delta.tables.DeltaTable"
 _TXN_APP_ID = "spark.databricks.delta.write.txnAppId"

@@ -22,6 +22,7 @@ Where we differ from Debezium (on purpose):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from functools import lru_cache
@@ -30,7 +31,7 @@ from typing import Any, Literal
 import orjson
 
 from cdc import __version__
-from cdc.model.debezium import values as values
+from cdc.model.debezium import values
 from cdc.model.debezium.connect import (
     DEFAULT_OPTIONS,
     SNAPSHOT_VALUES,
@@ -45,7 +46,6 @@ from cdc.model.debezium.connect import (
 )
 from cdc.model.errors import CdcError, Terminal
 from cdc.model.events import OPS, ChangeEvent, Op, Row
-from cdc.model.positions import BinlogOffset
 from cdc.model.schema import TableId, TableSchema
 
 SOURCE_VERSION = f"spark-cdc-{__version__}"
@@ -127,7 +127,7 @@ def record_from_event(
     *,
     connector_name: str,
     snapshot: str | None = None,
-    offset: BinlogOffset | None = None,
+    offset: Mapping[str, Any] | None = None,
     ts_ms: int | None = None,
     connector: Connector = "mysql",
     version: str = SOURCE_VERSION,
@@ -138,8 +138,8 @@ def record_from_event(
         event: the change.
         connector_name: the logical server name (Debezium's ``topic.prefix``); ``source.name``.
         snapshot: ``source.snapshot``; default "true" for snapshot reads (``r``), else "false".
-        offset: where a snapshot read was taken (e.g. its chunk's high watermark): its file and
-            pos fill ``source.file``/``source.pos`` when the event has no position.
+        offset: where a snapshot read was taken (its chunk's high watermark, as source fields:
+            ``file`` and ``pos``) when the event has no position.
         ts_ms: the envelope's processing time; default the event's time (deterministic).
         connector: ``source.connector``, "mysql" or "mariadb".
         version: ``source.version``.
@@ -151,19 +151,19 @@ def record_from_event(
     snapshot = snapshot or ("true" if event.op == "r" else "false")
     if snapshot not in SNAPSHOT_VALUES:
         raise DebeziumFormatError(f"snapshot={snapshot!r} is not one of {SNAPSHOT_VALUES}")
-    if event.position is not None:
-        file, pos, row = event.position
-    elif offset is not None:
-        file, pos, row = offset.file, offset.pos, 0
-    else:
+    fields = dict(event.source)
+    if event.position is None and offset is not None:
+        fields = {**fields, "file": offset["file"], "pos": offset["pos"], "row": 0}
+    if "file" not in fields:
         raise DebeziumFormatError(
             f"{event.op!r} event on {event.table_id} has no binlog position: pass offset= "
             "(for a snapshot read, the chunk's high watermark)", table=str(event.table_id))
     source = SourceInfo(
         version=version, connector=connector, name=connector_name, ts_ms=event.ts_ms,
         snapshot=snapshot, db=event.table_id.db, ts_us=event.ts_ms * 1000,
-        ts_ns=event.ts_ms * 1_000_000, table=event.table_id.table, server_id=event.server_id,
-        gtid=event.gtid, file=file, pos=pos, row=row, thread=event.thread, query=event.query)
+        ts_ns=event.ts_ms * 1_000_000, table=event.table_id.table, server_id=fields.get("server_id", 0),
+        gtid=fields.get("gtid"), file=fields["file"], pos=fields["pos"], row=fields.get("row", 0),
+        thread=fields.get("thread"), query=fields.get("query"))
     when = event.ts_ms if ts_ms is None else ts_ms
     return ChangeRecord(event.op, event.before, event.after, source, when, when * 1000,
                         when * 1_000_000)

@@ -26,10 +26,11 @@ from decimal import Decimal
 from functools import lru_cache
 from typing import Any, Literal, NamedTuple
 
+import pyarrow as pa
 from pydantic import BaseModel, ConfigDict
 
 from cdc.model.debezium import values as v
-from cdc.model.schema import BINARY_TYPES, MAX_ARROW_DECIMAL_PRECISION, Column, TableSchema
+from cdc.model.schema import Column, TableSchema
 
 Converter = v.Converter
 
@@ -101,7 +102,7 @@ def spec_for(column: Column, options: DebeziumOptions) -> Spec:
     """Look the column's data type up in :data:`_SPECS` (bytes or string when unknown)."""
     build = _SPECS.get(column.data_type)
     if build is None:
-        build = _binary if column.data_type in BINARY_TYPES else _string
+        build = _binary if pa.types.is_binary(column.arrow) else _string
     return build(column, options)
 
 
@@ -136,7 +137,11 @@ def _plain(connect_type: str, name: str | None = None) -> Callable[[Column, Debe
 
 
 def _signed_or_wider(signed: str, unsigned: str) -> Callable[[Column, DebeziumOptions], Spec]:
-    return lambda c, o: Spec(unsigned if c.unsigned else signed, v.same, v.dec_int)
+    return lambda c, o: Spec(unsigned if _unsigned(c) else signed, v.same, v.dec_int)
+
+
+def _unsigned(c: Column) -> bool:
+    return "unsigned" in c.column_type
 
 
 def _tinyint(c: Column, o: DebeziumOptions) -> Spec:
@@ -147,7 +152,7 @@ _TWO_64 = 1 << 64
 
 
 def _bigint(c: Column, o: DebeziumOptions) -> Spec:
-    if not c.unsigned:
+    if not _unsigned(c):
         return Spec("int64", v.same, v.dec_int)
     if o.bigint_unsigned_handling_mode == "long":  # Java long: wraps above 2**63-1
         return Spec("int64", lambda x: int(x) - _TWO_64 if x >= _TWO_64 >> 1 else int(x),
@@ -173,7 +178,7 @@ def _decimal_spec(precision: int, scale: int, mode: str, *, text: bool) -> Spec:
 
 def _decimal(c: Column, o: DebeziumOptions) -> Spec:
     precision, scale = c.precision or 10, c.scale or 0
-    text = precision > MAX_ARROW_DECIMAL_PRECISION
+    text = bool(pa.types.is_string(c.arrow))  # wider than Arrow's 38 digits: travels as text
     return _decimal_spec(precision, scale, o.decimal_handling_mode, text=text)
 
 

@@ -1,0 +1,189 @@
+"""The Dialect contract: everything the pipeline asks of a source database (Flink CDC's
+``DataSourceDialect``).
+
+One implementation per database, one sub-package each (``binlog/mysql``, ...), registered in
+:mod:`binlog.registry` under its ``source.type``. The layers above (the Spark source, the job)
+call only this contract; the algorithms below (:mod:`chunking`) state what they need as small
+protocols (:class:`~chunking.splitter.SplitQueries`, :class:`~chunking.chunks.KeyOrder`) that a
+dialect answers.
+
+A dialect object holds its validated ``source:`` config and nothing else, so it pickles to
+executors; every method that talks to the server opens its own connection there, or takes one
+the caller opened with :meth:`Dialect.connect`. Where each method runs is in its docstring.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
+
+import pyarrow as pa
+
+from cdc.model.config import SourceConfig
+from cdc.model.events import ChangeEvent
+from cdc.model.positions import Offset
+from cdc.model.schema import Column, TableId, TableSchema
+from chunking.chunks import KeyOrder, SnapshotSplit
+from chunking.splitter import SplitQueries
+
+
+@dataclass(frozen=True)
+class ChangeRows:
+    """Change rows of one table from a log slice, in log order (:mod:`cdc.model.envelope`
+    layout, primary-key updates already split into a delete and a create).
+
+    Attributes:
+        table_id: the table.
+        rows: the change rows.
+        first: the log sort key of the first row (orders the files of a split slice).
+    """
+
+    table_id: TableId
+    rows: pa.Table
+    first: tuple[int, ...]
+
+
+class LogReader(Protocol):
+    """Reads bounded slices of the change log for some tables (executor; one per task and
+    reader id; a context manager that closes its connections)."""
+
+    def changes(self, start: Any, end: Any) -> Iterator[ChangeEvent]:
+        """The changes in ``(start, end]``, one per row, in log order (the backfill's input)."""
+        ...
+
+    def change_rows(self, start: Any, end: Any, decode_from: Any | None = None) -> Iterator[ChangeRows]:
+        """The same changes as Arrow change rows, a few tables' worth at a time (the stream's
+        hot path). ``decode_from`` skips the changes before it (a slice cut for several
+        readers, see :class:`SupportsSplitSlices`)."""
+        ...
+
+    def __enter__(self) -> LogReader:
+        ...
+
+    def __exit__(self, *exc: object) -> None:
+        ...
+
+
+class Dialect(ABC):
+    """A source database's part of the pipeline.
+
+    Args:
+        config: the validated ``source:`` section (of :attr:`config_class`).
+    """
+
+    name: ClassVar[str]
+    """The ``source.type`` this dialect serves, and its registry key."""
+    config_class: ClassVar[type[SourceConfig]]
+    """Its ``source:`` config model."""
+
+    def __init__(self, config: SourceConfig) -> None:
+        self.config = config
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.config.address})"
+
+    # --- driver: discovery and start-up checks ----------------------------------------------
+
+    @abstractmethod
+    def connect(self) -> Any:
+        """An autocommit DB-API connection as the CDC user (driver; the caller closes it).
+
+        Raises:
+            SourceUnreachable: nothing answers at the configured address.
+            AuthenticationFailed: the server refused the user or password.
+        """
+
+    @abstractmethod
+    def check_source(self, conn: Any) -> None:
+        """The start-up checks: server settings, privileges, log retention, reader ids.
+
+        Raises:
+            CdcError: a Terminal error whose message names the setting or GRANT to fix.
+        """
+
+    @abstractmethod
+    def discover_tables(self, conn: Any, patterns: Sequence[str]) -> list[TableId]:
+        """The tables whose ``db.table`` fully matches one of the regexes.
+
+        Raises:
+            ConfigError: nothing matches (the message lists what the user can see).
+        """
+
+    @abstractmethod
+    def table_schema(self, conn: Any, table: TableId) -> TableSchema:
+        """A table's columns (with their Arrow types) and primary key.
+
+        Raises:
+            TableNotFound: the table does not exist or the user cannot see it.
+        """
+
+    @abstractmethod
+    def chunk_key(self, schema: TableSchema) -> Column:
+        """The column a table is split on (``source.chunk_key_columns``, else the primary key).
+
+        Raises:
+            NoChunkKey: no usable key, and none configured.
+            ConfigError: the configured column is unusable.
+        """
+
+    @abstractmethod
+    def split_queries(self, conn: Any, schema: TableSchema, column: Column) -> SplitQueries:
+        """The queries the chunk splitter runs on ``conn`` for one table (driver)."""
+
+    # --- positions --------------------------------------------------------------------------
+
+    @abstractmethod
+    def current_offset(self, conn: Any) -> Offset:
+        """The log position after the last committed transaction (a high watermark)."""
+
+    @abstractmethod
+    def startup_offset(self, conn: Any) -> Offset | None:
+        """Where the log is read from first for ``source.startup_mode`` (None: now)."""
+
+    @abstractmethod
+    def offset_from_dict(self, data: dict[str, Any]) -> Offset:
+        """The offset :meth:`Offset.to_dict` wrote (read back from the offset log)."""
+
+    @abstractmethod
+    def describe_offset(self, data: dict[str, Any]) -> str:
+        """A short human form of a stored offset, for progress lines (``mysql-bin.000003:154``)."""
+
+    # --- executors ----------------------------------------------------------------------------
+
+    @abstractmethod
+    def read_chunk(self, schema: TableSchema, split: SnapshotSplit) -> tuple[Offset, pa.Table]:
+        """Record the low watermark, then read the chunk's rows (executor; no locks).
+
+        Returns:
+            The LW and the rows as ``schema.arrow_schema()``: every change after the LW is
+            either in the rows or in the log after the LW, never lost between them.
+        """
+
+    @abstractmethod
+    def key_order(self, column: Column, conn: Any) -> KeyOrder:
+        """The server's order of a chunk key column (``conn`` from :meth:`connect`)."""
+
+    @abstractmethod
+    def log_reader(self, reader_id: int, tables: Sequence[TableSchema]) -> LogReader:
+        """A reader of the change log for ``tables`` (executor). ``reader_id`` is one of
+        :meth:`reader_ids`: readers that run at the same time use different ids."""
+
+    @abstractmethod
+    def reader_ids(self) -> list[int]:
+        """The ids concurrent log readers take, one each (MySQL: ``source.server_id``)."""
+
+    @abstractmethod
+    def snapshot_source(self, table: TableId, high_watermark: Offset, ts_ms: int) -> dict[str, Any]:
+        """The source block of a chunk's ``r`` rows emitted at ``high_watermark``."""
+
+
+class SupportsSplitSlices(ABC):
+    """A dialect whose long log slices can be decoded by several readers at once."""
+
+    @abstractmethod
+    def slice_cuts(self, connection: Callable[[], Any], start: Any, end: Any, parts: int) -> list[Any]:
+        """Where to cut ``(start, end]`` so that up to ``parts`` readers finish together
+        (driver; ``connection()`` gives a connection, opened only when needed); empty when the
+        slice is not worth cutting."""

@@ -1,0 +1,78 @@
+"""``source:`` for MySQL and MariaDB (``type: mysql``): the shared keys plus the binlog's own."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from cdc.model.config import ConfigModel, SourceConfig
+
+_SERVER_ID = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
+
+
+class SpecificOffset(ConfigModel):
+    """Where ``startup_mode: specific-offset`` starts: a file and position, or a GTID set."""
+
+    file: str | None = Field(default=None, description="binlog file name, e.g. `mysql-bin.000003`")
+    pos: int | None = Field(default=None, ge=4, description="position in that file (4 = its start)")
+    gtid: str | None = Field(default=None, description="a GTID set (not supported yet)")
+
+    @model_validator(mode="after")
+    def _one_form(self) -> SpecificOffset:
+        if self.gtid is None and (self.file is None or self.pos is None):
+            raise ValueError("give either file and pos, or gtid")
+        return self
+
+
+class MySqlSourceConfig(SourceConfig):
+    """``source:`` for MySQL 5.7/8.x and MariaDB 10.5+."""
+
+    type: Literal["mysql"] = Field(default="mysql", description="the source database kind: `mysql` "
+                                   "(MySQL 5.7/8.x, MariaDB 10.5+)")
+    port: int = Field(default=3306, ge=1, le=65535, description="TCP port of the server")
+    username: str = Field(description="the CDC user (needs SELECT, REPLICATION SLAVE, REPLICATION CLIENT)")
+    server_id: str = Field(default="5400-5404", description="binlog reader ids, one per concurrent reader "
+                           "(`5400` or a range `5400-5404`); unique among the server's replicas")
+    startup_offset: SpecificOffset | None = Field(default=None, description="`{file, pos}` for `specific-offset` "
+                                                  "(a `gtid` start is not supported yet)")
+    startup_timestamp_ms: int | None = Field(default=None, ge=0, description="epoch milliseconds for `timestamp`")
+    stream_split_bytes: int = Field(default=16 * 1024 * 1024, gt=0, description="a catch-up batch's binlog "
+                                    "slice is read by several tasks (up to `parallelism`, one server id each) "
+                                    "when it holds at least twice this many bytes; each decodes its own piece")
+    fetch_backend: Literal["auto", "connectorx", "mysqlclient", "pymysql"] = Field(
+        default="auto", description="how chunk SELECTs reach Arrow: `connectorx` (fastest), "
+        "`mysqlclient`, `pymysql`, or `auto` (the fastest installed one that reads every column)")
+    name: str = Field(default="mysql", description="the logical source name (Debezium's `topic.prefix`, "
+                      "`source.name` in every change)")
+
+    @field_validator("server_id")
+    @classmethod
+    def _server_ids(cls, value: str) -> str:
+        server_id_range(value)
+        return value
+
+    @model_validator(mode="after")
+    def _startup(self) -> MySqlSourceConfig:
+        if self.startup_mode == "specific-offset" and self.startup_offset is None:
+            raise ValueError("startup_mode specific-offset needs startup_offset: {file, pos} or {gtid}")
+        if self.startup_mode == "timestamp" and self.startup_timestamp_ms is None:
+            raise ValueError("startup_mode timestamp needs startup_timestamp_ms")
+        return self
+
+
+def server_id_range(value: str) -> range:
+    """Parse ``"5400"`` or ``"5400-5404"`` (inclusive) into a range of server ids.
+
+    Raises:
+        ValueError: not a number or range, or the range is empty or out of 1..2^32-1.
+    """
+    m = _SERVER_ID.match(str(value))
+    if not m:
+        raise ValueError(f"{value!r} is not a server id or a range like '5400-5404'")
+    lo = int(m.group(1))
+    hi = int(m.group(2) or lo)
+    if not 1 <= lo <= hi <= 2**32 - 1:
+        raise ValueError(f"{value!r}: ids must satisfy 1 <= first <= last <= 4294967295")
+    return range(lo, hi + 1)

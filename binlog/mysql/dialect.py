@@ -1,0 +1,264 @@
+"""The MySQL/MariaDB dialect: the Dialect contract over the binlog reader and MySQL's SQL.
+
+Where each piece lives: server facts and checks in ``server.py``, the binlog reader in
+``reader.py`` (its stream walk in ``stream.py``, the column-wise decoding in ``rows_decode.py``),
+chunk SELECTs into Arrow in ``fetch.py``, key order and range predicates in ``keys.py``, types in
+``types.py``. This module wires them to the contract and adds the chunk splitter's queries.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, ClassVar
+
+import pyarrow as pa
+
+from binlog.dialect import ChangeRows, Dialect, SupportsSplitSlices
+from binlog.mysql.blocks import ChangeBlock
+from binlog.mysql.change_rows import block_envelope
+from binlog.mysql.config import MySqlSourceConfig
+from binlog.mysql.connection import ConnectionSettings
+from binlog.mysql.fetch import fetch_arrow
+from binlog.mysql.keys import KeyOrder, chunkable, range_predicate, sql_ident, sql_param, sql_table
+from binlog.mysql.positions import SKIP_COST, BinlogOffset, ChangePosition, byte_cuts
+from binlog.mysql.reader import BinlogReaderConfig, MySqlBinlogReader
+from binlog.mysql.server import (
+    ServerIdRange,
+    binary_log_sizes,
+    binary_logs,
+    check_server,
+    current_offset,
+    low_watermark,
+)
+from binlog.mysql.timestamps import offset_at
+from binlog.mysql.types import CONNECTOR, load_table_schema
+from cdc.model.config import SourceConfig
+from cdc.model.envelope import source_block
+from cdc.model.errors import ConfigError
+from cdc.model.events import ChangeEvent
+from cdc.model.schema import Column, TableId, TableSchema
+from chunking.chunks import KeyValue, SnapshotSplit
+from chunking.splitter import select_chunk_key
+
+log = logging.getLogger(__name__)
+
+SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
+STREAM_ROWS = 65_536  # binlog changes turned into change rows at a time
+
+
+class MySqlDialect(Dialect, SupportsSplitSlices):
+    """MySQL 5.7/8.x and MariaDB 10.5+: binlog positions, server ids, WEIGHT_STRING key order."""
+
+    name: ClassVar[str] = "mysql"
+    config_class: ClassVar[type[SourceConfig]] = MySqlSourceConfig
+
+    def __init__(self, config: SourceConfig) -> None:
+        if not isinstance(config, MySqlSourceConfig):
+            raise TypeError(f"the mysql dialect needs a MySqlSourceConfig, not {type(config).__name__}")
+        super().__init__(config)
+        self.mysql = config
+
+    @property
+    def settings(self) -> ConnectionSettings:
+        """Host, port and credentials (the password resolved from the environment or a file)."""
+        s = self.mysql
+        return ConnectionSettings(host=s.hostname, port=s.port, user=s.username,
+                                  password=s.resolved_password(), connect_timeout=s.connect_timeout_s)
+
+    # --- driver ---------------------------------------------------------------------------
+
+    def connect(self) -> Any:
+        return self.settings.connect()
+
+    def check_source(self, conn: Any) -> None:
+        check_server(conn, ServerIdRange.parse(self.mysql.server_id))
+
+    def discover_tables(self, conn: Any, patterns: Sequence[str]) -> list[TableId]:
+        with conn.cursor() as cur:
+            cur.execute("SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
+                        "WHERE TABLE_TYPE = 'BASE TABLE' AND TABLE_SCHEMA NOT IN %s "
+                        "ORDER BY TABLE_SCHEMA, TABLE_NAME", (SYSTEM_SCHEMAS,))
+            visible = [TableId(db, t) for db, t in cur.fetchall()]
+        return _matching(visible, patterns)
+
+    def table_schema(self, conn: Any, table: TableId) -> TableSchema:
+        return load_table_schema(conn, table)
+
+    def chunk_key(self, schema: TableSchema) -> Column:
+        return select_chunk_key(schema, self.mysql.chunk_key_columns.get(str(schema.table_id)), chunkable)
+
+    def split_queries(self, conn: Any, schema: TableSchema, column: Column) -> MySqlSplitQueries:
+        return MySqlSplitQueries(conn, schema.table_id, column)
+
+    # --- positions ------------------------------------------------------------------------
+
+    def current_offset(self, conn: Any) -> BinlogOffset:
+        return current_offset(conn)
+
+    def startup_offset(self, conn: Any) -> BinlogOffset | None:
+        s = self.mysql
+        if s.startup_mode == "earliest-offset":
+            return BinlogOffset(binary_logs(conn)[0], 4)
+        if s.startup_mode == "specific-offset":
+            assert s.startup_offset is not None
+            if s.startup_offset.file is None or s.startup_offset.pos is None:
+                raise ConfigError("source.startup_offset: a GTID start is not supported yet; give file and pos",
+                                  key="source.startup_offset")
+            return BinlogOffset(s.startup_offset.file, s.startup_offset.pos)
+        if s.startup_mode == "timestamp":
+            assert s.startup_timestamp_ms is not None
+            return offset_at(self.settings, self.reader_ids()[0], s.startup_timestamp_ms)
+        return None
+
+    def offset_from_dict(self, data: dict[str, Any]) -> BinlogOffset:
+        return BinlogOffset.from_dict(data)
+
+    def describe_offset(self, data: dict[str, Any]) -> str:
+        return f"{data['file']}:{data['pos']}"
+
+    def slice_cuts(self, connection: Callable[[], Any], start: BinlogOffset, end: BinlogOffset,
+                   parts: int) -> list[BinlogOffset]:
+        min_bytes = self.mysql.stream_split_bytes
+        # A short slice in one file stays whole without asking the server for its file sizes.
+        if parts < 2 or (start.file == end.file and end.pos - start.pos < 2 * min_bytes):
+            return []
+        return byte_cuts(start, end, binary_log_sizes(connection()), parts, min_bytes, SKIP_COST)
+
+    # --- executors ------------------------------------------------------------------------
+
+    def read_chunk(self, schema: TableSchema, split: SnapshotSplit) -> tuple[BinlogOffset, pa.Table]:
+        with contextlib.closing(self.connect()) as conn:
+            lw = low_watermark(conn)
+        return lw, self.select_chunk(schema, split)
+
+    def select_chunk(self, schema: TableSchema, split: SnapshotSplit) -> pa.Table:
+        """The chunk's rows, read in one consistent SELECT (the second half of read_chunk)."""
+        where, params = range_predicate(split.key_column, split.start, split.end)
+        batches = list(fetch_arrow(self.settings, schema, where, params, backend=self.mysql.fetch_backend))
+        return pa.Table.from_batches(batches, schema=schema.arrow_schema())
+
+    def key_order(self, column: Column, conn: Any) -> KeyOrder:
+        return KeyOrder(column, conn)
+
+    def log_reader(self, reader_id: int, tables: Sequence[TableSchema]) -> MySqlLogReader:
+        return MySqlLogReader(self, reader_id, {t.table_id: t for t in tables})
+
+    def reader_ids(self) -> list[int]:
+        return list(ServerIdRange.parse(self.mysql.server_id).ids)
+
+    def snapshot_source(self, table: TableId, high_watermark: Any, ts_ms: int) -> dict[str, Any]:
+        hw: BinlogOffset = high_watermark
+        return source_block(CONNECTOR, self.mysql.name, table, ts_ms, "true",
+                            {"server_id": 0, "gtid": hw.gtid, "file": hw.file, "pos": hw.pos, "row": 0})
+
+
+def _matching(visible: list[TableId], patterns: Sequence[str]) -> list[TableId]:
+    compiled = [re.compile(p) for p in patterns]
+    matched = [t for t in visible if any(p.fullmatch(str(t)) for p in compiled)]
+    if not matched:
+        sample = ", ".join(map(str, visible[:10])) or "none"
+        raise ConfigError(f"source.tables {list(patterns)} matched no table. Tables the CDC user can see: "
+                          f"{sample}{' ...' if len(visible) > 10 else ''}. Patterns are regexes on "
+                          "'database.table' (e.g. 'shop\\\\..*')", tables=list(patterns))
+    return matched
+
+
+class MySqlLogReader:
+    """The binlog of some tables, read with one server id (executor; a context manager).
+
+    Args:
+        dialect: the dialect (connection settings, source name).
+        server_id: this reader's replica id.
+        schemas: the tables read.
+    """
+
+    def __init__(self, dialect: MySqlDialect, server_id: int, schemas: dict[TableId, TableSchema]) -> None:
+        self.dialect = dialect
+        self.schemas = schemas
+        config = BinlogReaderConfig(connection=dialect.settings, server_id=server_id,
+                                    tables=tuple(sorted(schemas)))
+        self.reader = MySqlBinlogReader(config)
+
+    def __enter__(self) -> MySqlLogReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.reader.close()
+
+    def changes(self, start: BinlogOffset, end: BinlogOffset) -> Iterator[ChangeEvent]:
+        return self.reader.read(start, end)
+
+    def change_rows(self, start: BinlogOffset, end: BinlogOffset,
+                    decode_from: BinlogOffset | None = None) -> Iterator[ChangeRows]:
+        """Change rows per table, built column-wise from the rows events of up to
+        :data:`STREAM_ROWS` changes at a time."""
+        pending: list[ChangeBlock] = []
+        rows = 0
+        for block in self.reader.read_blocks(start, end, decode_from=decode_from):
+            pending.append(block)
+            rows += block.num_rows
+            if rows >= STREAM_ROWS:
+                yield from self._rows(pending)
+                pending, rows = [], 0
+        if pending:
+            yield from self._rows(pending)
+
+    def _rows(self, blocks: list[ChangeBlock]) -> Iterator[ChangeRows]:
+        by_table: dict[TableId, list[ChangeBlock]] = {}
+        for block in blocks:
+            by_table.setdefault(block.table_id, []).append(block)
+        for table, mine in by_table.items():
+            first = mine[0]
+            rows = block_envelope(self.schemas[table], mine, name=self.dialect.mysql.name)
+            yield ChangeRows(table, rows, ChangePosition(first.file, first.pos, first.first_row).sort_key())
+
+
+class MySqlSplitQueries:
+    """The chunk splitter's queries for one table, on a driver connection (SELECT suffices).
+
+    The connection's UTC session time zone makes TIMESTAMP boundaries naive UTC.
+    """
+
+    def __init__(self, conn: Any, table: TableId, column: Column) -> None:
+        self._conn = conn
+        self._table = table
+        self._k = sql_ident(column.name)
+        self._t = sql_table(table)
+        self._column = column
+
+    def key_range(self) -> tuple[KeyValue, KeyValue]:
+        with self._conn.cursor() as cur:
+            cur.execute(f"SELECT MIN({self._k}), MAX({self._k}) FROM {self._t}", ())
+            lo, hi = cur.fetchone()
+        return lo, hi
+
+    def approximate_rows(self) -> int:
+        with self._conn.cursor() as cur:
+            cur.execute("SELECT TABLE_ROWS FROM information_schema.TABLES "
+                        "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s", (self._table.db, self._table.table))
+            row = cur.fetchone()
+        return int(row[0] or 0) if row else 0
+
+    def chunk_end(self, lower: KeyValue, size: int) -> tuple[KeyValue, int, bool]:
+        k, t = self._k, self._t
+        sql = (f"SELECT MAX({k}), COUNT(*), MAX({k}) > %s FROM (SELECT {k} FROM {t} WHERE {k} >= %s "
+               f"ORDER BY {k} LIMIT {int(size)}) AS T")
+        with self._conn.cursor() as cur:
+            cur.execute(sql, (sql_param(lower), sql_param(lower)))
+            end, count, moved = cur.fetchone()
+        return end, int(count), bool(moved)
+
+    def next_key_above(self, lower: KeyValue) -> KeyValue:
+        with self._conn.cursor() as cur:
+            cur.execute(f"SELECT MIN({self._k}) FROM {self._t} WHERE {self._k} > %s", (sql_param(lower),))
+            return cur.fetchone()[0]
+
+    def key_is_indexed(self) -> bool:
+        with self._conn.cursor() as cur:
+            cur.execute("SELECT 1 FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s "
+                        "AND TABLE_NAME = %s AND COLUMN_NAME = %s AND SEQ_IN_INDEX = 1 LIMIT 1",
+                        (self._table.db, self._table.table, self._column.name))
+            return cur.fetchone() is not None

@@ -1,0 +1,175 @@
+"""The watermark merge: a chunk's exact state at a known log position (DBLog), and the region
+filter of the stream (Flink CDC's ``shouldEmit``). Dialect-neutral: keys are ordered by the
+dialect's :class:`~chunking.chunks.KeyOrder`, positions compared through the model's protocols.
+
+The lock-free chunk read is Flink CDC 2.0's refinement of DBLog, in two halves so the Spark
+source can run them in different micro-batches (see docs/architecture.md):
+
+* the dialect reads the chunk: it records the low watermark (LW), then SELECTs the chunk's key
+  range (one consistent read, no locks);
+* :class:`Backfill`: given the log changes of the table in ``(LW, HW]``, apply those whose key
+  lies in the chunk to the staged rows: an insert or update puts the after image, a delete (or
+  the old key of a key-changing update) removes the key; keys outside the chunk are ignored. The
+  result is the chunk's state at HW, whatever happened while the SELECT ran.
+
+Memory is bounded by the chunk: the staged rows plus one entry per changed key of the chunk.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from cdc.model.events import ChangeEvent, Row
+from cdc.model.positions import Offset
+from cdc.model.schema import TableSchema
+from chunking.chunks import KeyOrder, SnapshotSplit, decode_value
+
+_KEY_BLOCK = 1024  # events whose keys are placed in the chunk with one batched sort-key lookup
+
+
+@dataclass
+class Backfill:
+    """Applies binlog changes of ``(LW, HW]`` to one chunk.
+
+    Feed it the table's changes in binlog order (changes of other tables, or before LW, are
+    skipped), then pass the chunk's staged rows to :meth:`result`. It keeps one entry per changed
+    key of the chunk, not the rows, so one binlog read can feed many chunks before their staged
+    rows are loaded. Key membership follows the server's ordering of the chunk key (collations
+    included), through ``order``.
+
+    Args:
+        split: the chunk.
+        low_watermark: the LW recorded before the chunk's SELECT.
+        schema: the table.
+        order: the chunk key's ordering (needs a connection for collated string keys).
+    """
+
+    split: SnapshotSplit
+    low_watermark: Offset
+    schema: TableSchema
+    order: KeyOrder
+    applied: int = 0
+    _latest: dict[tuple[Any, ...], Row | None] = field(default_factory=dict)  # key -> image/None
+    _delta: Counter[tuple[Any, ...]] = field(default_factory=Counter)  # keyless tables
+
+    def offer(self, changes: Iterable[ChangeEvent], high_watermark: Offset) -> None:
+        """Apply the changes that lie in ``(LW, high_watermark]`` and belong to this chunk."""
+        block: list[ChangeEvent] = []
+        for change in changes:
+            if change.table_id != self.schema.table_id or change.position is None:
+                continue
+            if not change.position.in_slice(self.low_watermark, high_watermark):
+                continue
+            block.append(change)
+            if len(block) >= _KEY_BLOCK:
+                self._apply(block)
+                block = []
+        if block:
+            self._apply(block)
+
+    def _apply(self, block: Sequence[ChangeEvent]) -> None:
+        key = self.split.key_column
+        images = [img for e in block for img in (e.before, e.after) if img is not None]
+        sort_keys = self.order.sort_keys([img[key] for img in images])
+        inside = iter([self.split.contains(sk, self.order) for sk in sort_keys])
+        for change in block:  # consumes one membership flag per image, in the same order
+            if change.before is not None and next(inside):
+                self._remove(change.before)
+            if change.after is not None and next(inside):
+                self._put(change.after)
+
+    def _identity(self, row: Row) -> tuple[Any, ...]:
+        columns = self.schema.primary_key or tuple(self.schema.column_names)
+        return tuple(row[c] for c in columns)
+
+    def _remove(self, row: Row) -> None:
+        self.applied += 1
+        if self.schema.primary_key:
+            self._latest[self._identity(row)] = None
+        else:
+            self._delta[self._identity(row)] -= 1
+
+    def _put(self, row: Row) -> None:
+        self.applied += 1
+        if self.schema.primary_key:
+            self._latest[self._identity(row)] = row
+        else:
+            self._delta[self._identity(row)] += 1
+
+    def result(self, rows: pa.Table) -> pa.Table:
+        """The chunk's staged ``rows`` after the changes offered so far."""
+        if self.schema.primary_key:
+            return _apply_latest(rows, self.schema, self._latest)
+        return _apply_delta(rows, self.schema, self._delta)
+
+
+def _apply_latest(rows: pa.Table, schema: TableSchema, latest: dict[tuple[Any, ...], Row | None]) -> pa.Table:
+    """Drop every changed key from ``rows``, then append the surviving after images."""
+    if not latest:
+        return rows
+    target = schema.arrow_schema()
+    pk = list(schema.primary_key)
+    keys = pa.table({c: pa.array([k[i] for k in latest], target.field(c).type) for i, c in enumerate(pk)})
+    kept = rows.join(keys, keys=pk, join_type="left anti").select(schema.column_names)
+    puts = [row for row in latest.values() if row is not None]
+    added = pa.Table.from_pylist([{c: r.get(c) for c in schema.column_names} for r in puts], schema=target)
+    return pa.concat_tables([kept.cast(target), added])
+
+
+def _apply_delta(rows: pa.Table, schema: TableSchema, delta: Counter[tuple[Any, ...]]) -> pa.Table:
+    """Keyless tables: rows are a multiset; a delete removes one copy of an identical row."""
+    delta = Counter({k: n for k, n in delta.items() if n})
+    if not delta:
+        return rows
+    names = schema.column_names
+    counts: Counter[tuple[Any, ...]] = Counter(tuple(r[c] for c in names) for r in rows.to_pylist())
+    counts.update(delta)
+    out = [dict(zip(names, k, strict=True)) for k, n in counts.items() for _ in range(max(n, 0))]
+    return pa.Table.from_pylist(out, schema=schema.arrow_schema())
+
+
+@dataclass(frozen=True)
+class Region:
+    """The finished key region of a table when a batch starts: keys below ``upto`` flow.
+
+    ``everything`` means the table is streaming (snapshot finished or skipped).
+    """
+
+    everything: bool
+    upto: Any = None  # encoded boundary value (chunking.chunks.encode_value)
+    key_column: str | None = None
+
+
+class RegionFilter:
+    """Keeps the change rows whose key lies in a table's finished region (``shouldEmit``).
+
+    Args:
+        region: the table's finished region.
+        order: the key order of the region's key column (None when ``region.everything``).
+    """
+
+    def __init__(self, region: Region, order: KeyOrder | None) -> None:
+        self.region = region
+        self.order = order
+        self.bound: Any = None
+        if not region.everything:
+            assert order is not None and region.key_column is not None
+            self.bound = order.bound_key(decode_value(region.upto))
+
+    def keep(self, envelope: pa.Table) -> pa.Table:
+        """The change rows (``cdc.model.envelope`` layout) whose key (before image for
+        deletes) is in."""
+        if self.region.everything or not envelope.num_rows:
+            return envelope
+        assert self.order is not None and self.region.key_column is not None
+        column = self.region.key_column
+        keys = pc.if_else(pc.equal(envelope["op"], "d"), pc.struct_field(envelope["before"], column),
+                          pc.struct_field(envelope["after"], column))
+        sort_keys = self.order.sort_keys(keys.to_pylist())
+        return envelope.filter(pa.array([k < self.bound for k in sort_keys], pa.bool_()))

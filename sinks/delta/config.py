@@ -1,0 +1,41 @@
+"""``sink:`` for Delta (``type: delta``): a mirror and a changelog table per source table."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from cdc.model.config import SinkConfig
+from cdc.model.schema import TableId
+from sinks.delta.tables import TableKind, table_uri
+
+Engine = Literal["auto", "delta-rs", "delta-spark"]
+
+
+class DeltaSinkConfig(SinkConfig):
+    """``sink:`` for Delta: mirror at ``<path>/<db>/<table>``, changelog at ``..._changelog``."""
+
+    type: Literal["delta"] = Field(default="delta", description="the sink kind: `delta`")
+    path: str = Field(description="root directory or URI of the tables (`s3://...`, `abfss://...`): "
+                      "mirror at `<path>/<db>/<table>`, changelog at `<path>/<db>/<table>_changelog`")
+    storage_options: dict[str, str] = Field(default_factory=dict, repr=False, description="object-store "
+                                            "options for delta-rs (credentials, region); use `${ENV_VAR}` "
+                                            "for secrets")
+    engine: Engine = Field(default="auto", description="`delta-rs`, `delta-spark`, or `auto` (delta-spark "
+                           "when its jars are on the classpath)")
+    async_mirror: bool = Field(default=True, description="MERGE the mirror in a background thread that "
+                               "trails the changelog (batches queued meanwhile are merged together; after "
+                               "a crash the mirror catches up from the changelog); `false` MERGEs inside "
+                               "every batch")
+
+    @field_validator("path")
+    @classmethod
+    def _path_not_empty(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("sink.path must name a directory or URI, e.g. /data/cdc or s3://b/cdc")
+        return v
+
+    def uri(self, table_id: TableId, kind: TableKind) -> str:
+        """The URI of ``table_id``'s mirror or changelog."""
+        return table_uri(self.path, table_id, kind)

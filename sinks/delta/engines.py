@@ -1,0 +1,244 @@
+"""The Delta tables of a job, written on the driver: a MERGE-maintained mirror and an append-only
+changelog per source table.
+
+:class:`DeltaTables` serves every table of a job (:class:`sinks.delta.sink.DeltaSink` and the
+mirror follower use it). Two engines write the same tables:
+
+* ``delta-rs`` (the ``deltalake`` package, no JVM): the default here, fully tested;
+* ``delta-spark``: Spark's own Delta writer, used when ``io.delta`` classes are on the active
+  session's classpath (see :mod:`sinks.delta.spark_engine`).
+
+``engine: auto`` picks delta-spark when it is available, else delta-rs.
+
+Mirror writes (per batch, per table): the batch is reduced to the last state of each touched key
+(:func:`sinks.changes.mirror_changes`, vectorized), then applied in one MERGE on the primary-key
+columns: deleted keys are removed, the others updated or inserted. ``snapshot_append=True`` lets
+an all-``r`` batch be appended instead (cheaper; the caller vouches that its keys are not in the
+mirror yet). Changelog writes append every event as it came. Each write is one Delta commit
+carrying the app transaction ``(app_id(query_id, "batch"), batch_id)``; see
+:mod:`sinks.delta.tables` for how replays are recognised.
+
+Bulk snapshot rows can skip the driver altogether: see :mod:`sinks.delta.files`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
+
+from cdc.model.errors import ConfigError
+from cdc.model.schema import TableSchema
+from sinks.changes import (
+    DELETE_FLAG,
+    changelog_schema,
+    mirror_changes,
+    mirror_schema,
+    normalize,
+    ops_are,
+    snapshot_rows,
+)
+from sinks.delta.config import DeltaSinkConfig
+from sinks.delta.rewrite import rewrite_all
+from sinks.delta.tables import (
+    TableKind,
+    app_id,
+    commit_properties,
+    ensure_marked,
+    ensure_table,
+    is_committed,
+    merge_predicate,
+    mirror_key,
+    quote,
+)
+
+
+class TableWriter(Protocol):
+    """One engine's two writes. Both receive a normalized batch (see ``sinks.changes``)."""
+
+    def write_mirror(
+        self, schema: TableSchema, batch: pa.Table, app: str, batch_id: int, append: bool
+    ) -> bool:
+        """Apply ``batch`` to the mirror unless already there; True when it committed."""
+        ...
+
+    def write_changelog(self, schema: TableSchema, batch: pa.Table, app: str, batch_id: int) -> bool:
+        """Append ``batch`` to the changelog unless already there; True when it committed."""
+        ...
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """What one ``write_batch`` call did for one source table.
+
+    Attributes:
+        table: the source table, ``db.table``.
+        batch_id: the micro-batch id.
+        mirror_written: False when the mirror already held this batch (a replay).
+        changelog_written: False when the changelog already held this batch.
+        events: number of change rows in the batch.
+    """
+
+    table: str
+    batch_id: int
+    mirror_written: bool
+    changelog_written: bool
+    events: int
+
+
+class DeltaTables:
+    """Every mirror and changelog of one job, written on the driver, idempotent per batch.
+
+    Args:
+        config: the sink configuration.
+        query_id: a stable identity of the query, the same across restarts (e.g. derived from
+            its checkpoint location), never Spark's run id: it keys the idempotency records.
+        spark: the Spark session for the delta-spark engine; defaults to the active session.
+
+    Raises:
+        ConfigError: ``query_id`` is empty, or ``engine: delta-spark`` was asked for but its
+            classes are not on the classpath.
+    """
+
+    def __init__(self, config: DeltaSinkConfig, query_id: str, spark: Any | None = None) -> None:
+        if not query_id:
+            raise ConfigError("the Delta sink needs a non-empty query id (the checkpoint's identity)")
+        self.config = config
+        self.query_id = query_id
+        self.app_id = app_id(query_id, "batch")
+        self.engine_name, self._writer = _select_engine(config, spark)
+
+    def write_batch(
+        self, schema: TableSchema, changes: pa.Table, batch_id: int, *, snapshot_append: bool = False
+    ) -> WriteResult:
+        """Apply one micro-batch of one table: the mirror first, then the changelog.
+
+        Args:
+            schema: the source table's columns and primary key.
+            changes: the change rows in stream order (see :mod:`sinks.changes`).
+            batch_id: Spark's micro-batch id.
+            snapshot_append: append an all-``r`` batch to the mirror instead of merging it; only
+                for snapshot rows whose keys the mirror does not hold yet.
+
+        Raises:
+            InvalidChangeBatch: ``changes`` breaks the change-batch contract.
+            SinkSchemaMismatch: an existing table no longer fits ``schema``.
+        """
+        batch = normalize(changes, schema)
+        mirror = self._writer.write_mirror(schema, batch, self.app_id, batch_id, snapshot_append)
+        changelog = self._writer.write_changelog(schema, batch, self.app_id, batch_id)
+        return WriteResult(str(schema.table_id), batch_id, mirror, changelog, batch.num_rows)
+
+    def write_mirror(
+        self, schema: TableSchema, changes: pa.Table, batch_id: int, *, snapshot_append: bool = False
+    ) -> bool:
+        """Apply the batch to the mirror only. True when it committed, False when the mirror
+        already held the batch or the batch is empty.
+
+        Raises:
+            InvalidChangeBatch: ``changes`` breaks the change-batch contract.
+            SinkSchemaMismatch: the existing mirror no longer fits ``schema``.
+        """
+        batch = normalize(changes, schema)
+        return self._writer.write_mirror(schema, batch, self.app_id, batch_id, snapshot_append)
+
+    def write_changelog(self, schema: TableSchema, changes: pa.Table, batch_id: int) -> bool:
+        """Append the batch to the changelog only. True when it committed.
+
+        Raises:
+            InvalidChangeBatch: ``changes`` breaks the change-batch contract.
+            SinkSchemaMismatch: the existing changelog no longer fits ``schema``.
+        """
+        batch = normalize(changes, schema)
+        return self._writer.write_changelog(schema, batch, self.app_id, batch_id)
+
+
+def _select_engine(config: DeltaSinkConfig, spark: Any | None) -> tuple[str, TableWriter]:
+    if config.engine == "delta-rs":
+        return "delta-rs", DeltaRsWriter(config)
+    from sinks.delta.spark_engine import DeltaSparkWriter, active_session, delta_spark_available
+
+    session = spark if spark is not None else active_session()
+    if session is not None and delta_spark_available(session):
+        return "delta-spark", DeltaSparkWriter(config, session)
+    if config.engine == "delta-spark":
+        raise ConfigError(
+            "sink.engine is 'delta-spark' but no Spark session with io.delta classes on its "
+            "classpath is active: add delta-spark's jars (spark.jars.packages "
+            "io.delta:delta-spark_2.13:<version>) or set sink.engine to 'delta-rs' or 'auto'",
+            key="sink.engine",
+        )
+    return "delta-rs", DeltaRsWriter(config)
+
+
+class DeltaRsWriter:
+    """The delta-rs engine: MERGE and appends through the ``deltalake`` package."""
+
+    def __init__(self, config: DeltaSinkConfig) -> None:
+        self._config = config
+        self._tables: dict[str, DeltaTable] = {}
+
+    def _table(self, schema: TableSchema, kind: TableKind, storage: pa.Schema) -> DeltaTable:
+        uri = self._config.uri(schema.table_id, kind)
+        table = self._tables.get(uri)
+        if table is None:
+            table = ensure_table(uri, self._config.storage_options, schema, kind, storage)
+            self._tables[uri] = table
+        else:
+            table.update_incremental()
+        return table
+
+    def write_mirror(
+        self, schema: TableSchema, batch: pa.Table, app: str, batch_id: int, append: bool
+    ) -> bool:
+        """Merge (or, for an all-``r`` batch with ``append``, append) into the mirror."""
+        if batch.num_rows == 0:
+            return False
+        storage = mirror_schema(schema)
+        table = self._table(schema, "mirror", storage)
+        if is_committed(table, app, batch_id):
+            return False
+        props = commit_properties(app, batch_id)
+        if append and ops_are(batch, {"r"}):
+            write_deltalake(table, snapshot_rows(batch, storage), mode="append",
+                            commit_properties=props)
+            return True
+        key = mirror_key(schema)
+        source = mirror_changes(batch, key, storage)
+        if rewrite_all(self._config, schema, table, source, storage, props):
+            return True  # every file held a changed key: rewritten file by file, in parallel
+        _merge(table, source, key, storage.names, props, null_safe=not schema.primary_key)
+        ensure_marked(table, app, batch_id)
+        return True
+
+    def write_changelog(self, schema: TableSchema, batch: pa.Table, app: str, batch_id: int) -> bool:
+        """Append every event of ``batch`` to the changelog."""
+        if batch.num_rows == 0:
+            return False
+        storage = changelog_schema(schema)
+        table = self._table(schema, "changelog", storage)
+        if is_committed(table, app, batch_id):
+            return False
+        write_deltalake(table, batch.cast(storage), mode="append",
+                        commit_properties=commit_properties(app, batch_id))
+        return True
+
+
+def _merge(
+    table: DeltaTable, source: pa.Table, key: tuple[str, ...], columns: list[str], props: Any,
+    *, null_safe: bool = False,
+) -> None:
+    flag = f"s.{quote(DELETE_FLAG)}"
+    values = {quote(c): f"s.{quote(c)}" for c in columns}
+    # streamed_exec=True (the default) also keeps delta-rs from pruning target files with source
+    # min/max statistics, which loses rows for decimal(20,0) keys above the int64 range.
+    (
+        table.merge(source, merge_predicate(key, null_safe), source_alias="s", target_alias="t",
+                    streamed_exec=True, commit_properties=props)
+        .when_matched_delete(predicate=flag)
+        .when_matched_update(values, predicate=f"NOT {flag}")
+        .when_not_matched_insert(values, predicate=f"NOT {flag}")
+        .execute()
+    )
