@@ -29,7 +29,7 @@ from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import UpdateRowsEvent
 
 from binlog.mysql.positions import BinlogOffset
-from binlog.mysql.reader import BinlogReaderConfig, MySqlBinlogReader, current_offset
+from binlog.mysql.reader import BinlogReaderOptions, MySqlBinlogReader, current_offset
 from cdc.app.sandbox.mysql import MariaDbSandbox, Sandbox
 from cdc.model.schema import TableId
 
@@ -109,7 +109,7 @@ def open_cost(box: Sandbox, db: str, slices: int = 200) -> tuple[float, float]:
             offsets.append(current_offset(conn))
             cur.execute(f"UPDATE bench SET qty = qty + 1 WHERE id = {i}")
         cur.execute("UPDATE bench SET qty = qty + 1 WHERE id = 0")  # keep the last slice inside
-    config = BinlogReaderConfig(box.cdc, 6101, (TableId(db, "bench"),))
+    config = BinlogReaderOptions(box.cdc, 6101, (TableId(db, "bench"),))
     pairs = list(itertools.pairwise(offsets[1:]))
     timings = []
     for order in (pairs, pairs[::-1]):  # in reverse, no slice starts where the last one ended
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> None:
         fill(box, db, max(args.rows, args.oltp_rows))
         shapes: dict[str, Any] = {"bulk": bulk_updates(box, db, args.rows),
                                   "oltp": oltp_updates(box, db, args.oltp_rows)}
-        config = BinlogReaderConfig(box.cdc, 6102, (TableId(db, "bench"),))
+        config = BinlogReaderOptions(box.cdc, 6102, (TableId(db, "bench"),))
         with MySqlBinlogReader(config) as reader:
             for shape, (start, end) in shapes.items():
                 raw, n_raw = best_rate(functools.partial(raw_library, box, db, start, end))

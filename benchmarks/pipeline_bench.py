@@ -202,13 +202,13 @@ def single_phase(spec: dict[str, Any]) -> dict[str, Any]:
     """One ``SELECT ... ORDER BY key`` on one connection, streamed into one Delta commit."""
     from deltalake import write_deltalake
 
-    from binlog.mysql.connection import ConnectionSettings
+    from binlog.mysql.connection import Endpoint
     from binlog.mysql.fetch import choose_backend, fetch_arrow
     from binlog.mysql.types import load_table_schema, quote_ident
     from cdc.model.schema import TableId
     from sinks.changes import mirror_schema
 
-    cdc = ConnectionSettings(**spec["cdc"])
+    cdc = Endpoint(**spec["cdc"])
     with contextlib.closing(cdc.connect()) as conn:
         schema = load_table_schema(conn, TableId(spec["database"], spec["table"]))
     target, key = mirror_schema(schema), schema.primary_key[0]
@@ -299,29 +299,29 @@ def binlog_phase(spec: dict[str, Any]) -> dict[str, Any]:
     """The stream task's work without Spark: read a binlog slice as change blocks, build the
     change rows column-wise, write them as changelog files (as cdc/spark/tasks.py does with the
     Delta sink)."""
-    from binlog.mysql.change_rows import block_envelope
-    from binlog.mysql.connection import ConnectionSettings
+    from binlog.mysql.change_rows import event_rows_envelope
+    from binlog.mysql.connection import Endpoint
     from binlog.mysql.dialect import STREAM_ROWS
     from binlog.mysql.positions import BinlogOffset
-    from binlog.mysql.reader import BinlogReaderConfig, MySqlBinlogReader
+    from binlog.mysql.reader import BinlogReaderOptions, MySqlBinlogReader
     from binlog.mysql.types import load_table_schema
     from cdc.model.schema import TableId
     from sinks.delta.config import DeltaSinkConfig
     from sinks.delta.files import write_change_files
 
-    cdc = ConnectionSettings(**spec["cdc"])
+    cdc = Endpoint(**spec["cdc"])
     table = TableId(spec["database"], spec["table"])
     with contextlib.closing(cdc.connect()) as conn:
         schema = load_table_schema(conn, table)
     sink = DeltaSinkConfig(path=spec["lake"])
     _warm_up(cdc, schema)
-    config = BinlogReaderConfig(connection=cdc, server_id=spec["server_id"], tables=(table,))
+    config = BinlogReaderOptions(connection=cdc, server_id=spec["server_id"], tables=(table,))
     seconds = {"binlog blocks": 0.0, "change rows": 0.0, "changelog files": 0.0}
     changes, prof = 0, cProfile.Profile()
     emit("ready")
     prof.enable()
     with MySqlBinlogReader(config) as reader:
-        blocks = iter(reader.read_blocks(BinlogOffset.from_dict(spec["start"]), BinlogOffset.from_dict(spec["end"])))
+        blocks = iter(reader.read_event_rows(BinlogOffset.from_dict(spec["start"]), BinlogOffset.from_dict(spec["end"])))
         while changes < spec["max_changes"]:
             began, pending, rows = time.perf_counter(), [], 0
             for block in blocks:
@@ -333,7 +333,7 @@ def binlog_phase(spec: dict[str, Any]) -> dict[str, Any]:
             if not pending:
                 break
             began = time.perf_counter()
-            envelope = block_envelope(schema, pending, name="bench")
+            envelope = event_rows_envelope(schema, pending, name="bench")
             seconds["change rows"] += time.perf_counter() - began
             began = time.perf_counter()
             write_change_files(sink, schema, envelope)

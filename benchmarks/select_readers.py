@@ -30,7 +30,7 @@ from typing import cast
 from tpcds import CustomerTable, customer_sandbox
 
 from binlog.mysql.arrow_columns import column_reads
-from binlog.mysql.connection import ConnectionSettings
+from binlog.mysql.connection import Endpoint
 from binlog.mysql.fetch import BackendName, available_backends, fetch_arrow, render_sql, select_sql
 from binlog.mysql.types import load_table_schema
 from cdc.model.schema import TableId, TableSchema
@@ -57,7 +57,7 @@ def timed(fn: Callable[[], int], repeat: int) -> tuple[int, float]:
     return rows, best
 
 
-def raw_scan(cdc: ConnectionSettings, queries: list[str]) -> int:
+def raw_scan(cdc: Endpoint, queries: list[str]) -> int:
     """Run ``queries`` through one ``mariadb --quick`` client, output to /dev/null."""
     client = shutil.which("mariadb") or shutil.which("mysql")
     if client is None:
@@ -71,7 +71,7 @@ def raw_scan(cdc: ConnectionSettings, queries: list[str]) -> int:
     return -1  # counted by the caller
 
 
-def fetch_rows(cdc: ConnectionSettings, schema: TableSchema, backend: BackendName,
+def fetch_rows(cdc: Endpoint, schema: TableSchema, backend: BackendName,
                ranges: list[tuple[int, int]] | None) -> int:
     """Read the whole table (``ranges`` None) or each key range with one fetch_arrow call each."""
     rows = 0

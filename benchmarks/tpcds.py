@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from binlog.mysql.connection import ConnectionSettings
+from binlog.mysql.connection import Endpoint
 from binlog.mysql.types import quote_ident
 from cdc.app.sandbox.mysql import MariaDbSandbox, Sandbox
 from cdc.app.tpcds import (  # noqa: F401  (re-exported for the benchmark scripts)
@@ -96,7 +96,7 @@ def customer_sandbox(scale: int) -> Iterator[CustomerTable]:
 class Writer(threading.Thread):
     """Random single-row UPDATEs at about ``rate`` per second until stopped (or ``limit`` s)."""
 
-    def __init__(self, admin: ConnectionSettings, table: CustomerTable, rate: float,
+    def __init__(self, admin: Endpoint, table: CustomerTable, rate: float,
                  limit: float = 3600.0) -> None:
         super().__init__(name="writer", daemon=True)
         self.admin, self.table, self.rate, self.limit = admin, table, rate, limit

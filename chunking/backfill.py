@@ -30,7 +30,7 @@ from cdc.model.positions import Offset
 from cdc.model.schema import TableSchema
 from chunking.chunks import KeyOrder, SnapshotSplit, decode_value
 
-_KEY_BLOCK = 1024  # events whose keys are placed in the chunk with one batched sort-key lookup
+_KEY_BATCH = 1024  # events whose keys are placed in the chunk with one batched sort-key lookup
 
 
 @dataclass
@@ -60,25 +60,25 @@ class Backfill:
 
     def offer(self, changes: Iterable[ChangeEvent], high_watermark: Offset) -> None:
         """Apply the changes that lie in ``(LW, high_watermark]`` and belong to this chunk."""
-        block: list[ChangeEvent] = []
+        batch: list[ChangeEvent] = []
         for change in changes:
             if change.table_id != self.schema.table_id or change.position is None:
                 continue
             if not change.position.in_slice(self.low_watermark, high_watermark):
                 continue
-            block.append(change)
-            if len(block) >= _KEY_BLOCK:
-                self._apply(block)
-                block = []
-        if block:
-            self._apply(block)
+            batch.append(change)
+            if len(batch) >= _KEY_BATCH:
+                self._apply(batch)
+                batch = []
+        if batch:
+            self._apply(batch)
 
-    def _apply(self, block: Sequence[ChangeEvent]) -> None:
+    def _apply(self, batch: Sequence[ChangeEvent]) -> None:
         key = self.split.key_column
-        images = [img for e in block for img in (e.before, e.after) if img is not None]
+        images = [img for e in batch for img in (e.before, e.after) if img is not None]
         sort_keys = self.order.sort_keys([img[key] for img in images])
         inside = iter([self.split.contains(sk, self.order) for sk in sort_keys])
-        for change in block:  # consumes one membership flag per image, in the same order
+        for change in batch:  # consumes one membership flag per image, in the same order
             if change.before is not None and next(inside):
                 self._remove(change.before)
             if change.after is not None and next(inside):

@@ -17,7 +17,7 @@ import pytest
 
 from binlog.mysql.config import MySqlSourceConfig
 from binlog.mysql.dialect import MySqlDialect
-from binlog.mysql.reader import BinlogReaderConfig, MySqlBinlogReader
+from binlog.mysql.reader import BinlogReaderOptions, MySqlBinlogReader
 from cdc.app.sandbox.mysql import Endpoint, MariaDbSandbox, Sandbox, start_sandbox
 from cdc.model.schema import TableId
 
@@ -92,12 +92,12 @@ _server_ids = itertools.count(5400)
 @pytest.fixture
 def reader(cdc_endpoint: Endpoint, database: str) -> Iterator[Callable[..., MySqlBinlogReader]]:
     """Build binlog readers for tables of the test database, each with a fresh server id; closes
-    them. ``make(*tables, endpoint=..., db=..., server_id=..., **BinlogReaderConfig options)``."""
+    them. ``make(*tables, endpoint=..., db=..., server_id=..., **BinlogReaderOptions options)``."""
     made: list[MySqlBinlogReader] = []
 
     def make(*tables: str, endpoint: Endpoint = cdc_endpoint, db: str = database,
              server_id: int | None = None, **options: Any) -> MySqlBinlogReader:
-        config = BinlogReaderConfig(endpoint, server_id or next(_server_ids),
+        config = BinlogReaderOptions(endpoint, server_id or next(_server_ids),
                                     tuple(TableId(db, t) for t in tables), **options)
         made.append(MySqlBinlogReader(config))
         return made[-1]

@@ -26,7 +26,7 @@ import pymysql
 from faults import FileFaults
 
 from binlog.mysql.positions import BinlogOffset, ChangePosition
-from binlog.mysql.reader import BinlogReaderConfig, MySqlBinlogReader, current_offset
+from binlog.mysql.reader import BinlogReaderOptions, MySqlBinlogReader, current_offset
 from binlog.registry import create_dialect
 from cdc.app.config import parse_config
 from cdc.app.runner import JobRunner
@@ -131,7 +131,7 @@ def _normalize(rows: list[dict[str, Any]], schema: TableSchema) -> list[dict[str
 def reference_changes(p: Pipeline, schema: TableSchema, end: BinlogOffset) -> list[Any]:
     """Every change of the table since the pipeline started, read straight from the binlog."""
     assert p.started_at is not None
-    config = BinlogReaderConfig(connection=p.box.cdc, server_id=REFERENCE_SERVER_ID, tables=(schema.table_id,))
+    config = BinlogReaderOptions(connection=p.box.cdc, server_id=REFERENCE_SERVER_ID, tables=(schema.table_id,))
     with MySqlBinlogReader(config) as reader:
         return split_key_changes(list(reader.read(p.started_at, end)), schema.primary_key)
 

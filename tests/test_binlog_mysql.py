@@ -21,7 +21,7 @@ import pytest
 from binlog.mysql.convert import set_members, value_converter
 from binlog.mysql.positions import BinlogOffset
 from binlog.mysql.reader import (
-    BinlogReaderConfig,
+    BinlogReaderOptions,
     InvalidBinlogPosition,
     MySqlBinlogReader,
     SchemaChanged,
@@ -520,10 +520,10 @@ def test_server_id_range_parsing() -> None:
         with pytest.raises(ConfigError, match=r"source\.server_id") as info:
             ServerIdRange.parse(bad)
         assert pickle.loads(pickle.dumps(info.value)).context["key"] == "source.server_id"
-    config = BinlogReaderConfig(Endpoint("h", 1, "u", "p"), 5400, (TableId("d", "t"),))
+    config = BinlogReaderOptions(Endpoint("h", 1, "u", "p"), 5400, (TableId("d", "t"),))
     assert pickle.loads(pickle.dumps(config)) == config  # shipped to executors
     with pytest.raises(ConfigError, match=r"source\.server_id"):
-        BinlogReaderConfig(Endpoint("h", 1, "u", "p"), 0, (TableId("d", "t"),))
+        BinlogReaderOptions(Endpoint("h", 1, "u", "p"), 0, (TableId("d", "t"),))
 
 
 def test_server_id_range_must_not_include_the_servers_own_id(cdc_conn: Conn) -> None:

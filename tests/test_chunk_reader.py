@@ -18,7 +18,7 @@ import pytest
 from chunk_read import ChunkResult, ReadHooks, read_chunk
 from pipeline import RandomWriter, writing
 
-from binlog.mysql.connection import ConnectionSettings
+from binlog.mysql.connection import Endpoint
 from binlog.mysql.dialect import MySqlDialect
 from binlog.mysql.keys import range_predicate
 from binlog.mysql.types import load_table_schema
@@ -60,7 +60,7 @@ def middle(splits: list[SnapshotSplit]) -> SnapshotSplit:
     return found[0]
 
 
-def fresh_select(cdc: ConnectionSettings, split: SnapshotSplit) -> list[dict[str, Any]]:
+def fresh_select(cdc: Endpoint, split: SnapshotSplit) -> list[dict[str, Any]]:
     sql, params = range_predicate(split.key_column, split.start, split.end)
     with contextlib.closing(cdc.connect(split.table_id.db)) as conn, conn.cursor(pymysql.cursors.DictCursor) as cur:
         cur.execute(f"SELECT id, v, n FROM t WHERE {sql}", params)
@@ -101,7 +101,7 @@ def reader_for(mysql_dialect: MySqlDialect) -> Callable[..., Callable[..., Chunk
 @pytest.mark.parametrize("when", ["after_low_watermark", "after_select"])
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
 def test_chunk_equals_its_state_at_high_watermark(
-    scenario: str, when: str, admin: Conn, database: str, cdc_endpoint: ConnectionSettings,
+    scenario: str, when: str, admin: Conn, database: str, cdc_endpoint: Endpoint,
     reader_for: Callable[..., Callable[..., ChunkResult]], mysql_dialect: MySqlDialect,
 ) -> None:
     schema = make_table(admin, database)
@@ -119,7 +119,7 @@ def test_chunk_equals_its_state_at_high_watermark(
 
 
 def test_quiet_chunk_skips_the_binlog(
-    admin: Conn, database: str, cdc_endpoint: ConnectionSettings, reader_for: Callable[..., Callable[..., ChunkResult]], mysql_dialect: MySqlDialect,
+    admin: Conn, database: str, cdc_endpoint: Endpoint, reader_for: Callable[..., Callable[..., ChunkResult]], mysql_dialect: MySqlDialect,
 ) -> None:
     schema = make_table(admin, database)
     read = reader_for(schema)
@@ -131,7 +131,7 @@ def test_quiet_chunk_skips_the_binlog(
 
 
 def test_result_as_debezium_read_rows(
-    admin: Conn, database: str, cdc_endpoint: ConnectionSettings, reader_for: Callable[..., Callable[..., ChunkResult]], mysql_dialect: MySqlDialect,
+    admin: Conn, database: str, cdc_endpoint: Endpoint, reader_for: Callable[..., Callable[..., ChunkResult]], mysql_dialect: MySqlDialect,
 ) -> None:
     schema = make_table(admin, database, rows=50)
     (split,) = chunks(mysql_dialect, schema)
@@ -147,7 +147,7 @@ def test_result_as_debezium_read_rows(
 
 
 def test_string_keys_with_case_insensitive_collation(
-    admin: Conn, database: str, cdc_endpoint: ConnectionSettings, reader_for: Callable[..., Callable[..., ChunkResult]], mysql_dialect: MySqlDialect,
+    admin: Conn, database: str, cdc_endpoint: Endpoint, reader_for: Callable[..., Callable[..., ChunkResult]], mysql_dialect: MySqlDialect,
 ) -> None:
     run(admin, "CREATE TABLE t (id VARCHAR(20) COLLATE utf8mb4_general_ci PRIMARY KEY, v VARCHAR(40), n INT)")
     names = [f"{c}{i:03d}" for c in "aBcDeF" for i in range(60)]
@@ -169,7 +169,7 @@ def test_string_keys_with_case_insensitive_collation(
 
 
 def test_keyless_table_with_chunk_key_column(
-    admin: Conn, database: str, cdc_endpoint: ConnectionSettings, reader_for: Callable[..., Callable[..., ChunkResult]], mysql_dialect: MySqlDialect,
+    admin: Conn, database: str, cdc_endpoint: Endpoint, reader_for: Callable[..., Callable[..., ChunkResult]], mysql_dialect: MySqlDialect,
 ) -> None:
     run(admin, "CREATE TABLE t (id INT, v VARCHAR(40), n INT)")
     run(admin, "INSERT INTO t VALUES " + ",".join(f"({i % 150}, 'v', {i})" for i in range(300)))
@@ -191,7 +191,7 @@ def test_keyless_table_with_chunk_key_column(
 
 
 def test_concurrent_random_writers(
-    admin: Conn, database: str, cdc_endpoint: ConnectionSettings, mysql_server: Any,
+    admin: Conn, database: str, cdc_endpoint: Endpoint, mysql_server: Any,
     reader_for: Callable[..., Callable[..., ChunkResult]], mysql_dialect: MySqlDialect,
 ) -> None:
     schema = make_table(admin, database, rows=400)

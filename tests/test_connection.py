@@ -6,13 +6,13 @@ import pickle
 
 import pytest
 
-from binlog.mysql.connection import ConnectionSettings
+from binlog.mysql.connection import Endpoint
 from cdc.app.sandbox.mysql import Sandbox, free_port
 from cdc.model.errors import AuthenticationFailed, SourceUnreachable
 
 
 def test_unreachable_host_names_the_options_to_check() -> None:
-    settings = ConnectionSettings("127.0.0.1", free_port(), "cdc", "pw", connect_timeout=2)
+    settings = Endpoint("127.0.0.1", free_port(), "cdc", "pw", connect_timeout=2)
     with pytest.raises(SourceUnreachable, match=r"source\.hostname and source\.port") as info:
         settings.connect()
     assert info.value.context["port"] == settings.port

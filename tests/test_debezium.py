@@ -38,7 +38,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from binlog.mysql.blocks import change_source
+from binlog.mysql.event_rows import change_source
 from binlog.mysql.positions import ChangePosition
 from binlog.mysql.types import mysql_column, mysql_table
 from cdc.model.debezium.codec import (

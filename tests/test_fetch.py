@@ -19,7 +19,7 @@ import pyarrow as pa
 import pymysql
 import pytest
 
-from binlog.mysql.connection import ConnectionSettings
+from binlog.mysql.connection import Endpoint
 from binlog.mysql.fetch import (
     BackendName,
     available_backends,
@@ -129,7 +129,7 @@ def backend_param(name: str) -> Any:
 ALL_BACKENDS = [backend_param(b) for b in BACKENDS]
 
 
-def read_table(cdc: ConnectionSettings, schema: TableSchema, backend: BackendName, where: str = "TRUE",
+def read_table(cdc: Endpoint, schema: TableSchema, backend: BackendName, where: str = "TRUE",
                params: tuple[Any, ...] = (), batch_rows: int = 65536) -> pa.Table:
     batches = list(fetch_arrow(cdc, schema, where, params, batch_rows=batch_rows, backend=backend))
     for b in batches:
@@ -138,14 +138,14 @@ def read_table(cdc: ConnectionSettings, schema: TableSchema, backend: BackendNam
     return pa.Table.from_batches(batches, schema=schema.arrow_schema())
 
 
-def schema_of(cdc: ConnectionSettings, database: str, table: str) -> TableSchema:
+def schema_of(cdc: Endpoint, database: str, table: str) -> TableSchema:
     with contextlib.closing(cdc.connect()) as conn:
         return load_table_schema(conn, TableId(database, table))
 
 
 @pytest.fixture
 def types_schema(admin: pymysql.connections.Connection, database: str,
-                 cdc_endpoint: ConnectionSettings) -> TableSchema:
+                 cdc_endpoint: Endpoint) -> TableSchema:
     with admin.cursor() as cur:
         cur.execute(TYPES_DDL)
         cur.execute("SET SESSION sql_mode = 'ALLOW_INVALID_DATES'")  # lets zero dates in
@@ -160,7 +160,7 @@ def expected_table(schema: TableSchema) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=schema.arrow_schema())
 
 
-def plain_pymysql_table(cdc: ConnectionSettings, schema: TableSchema) -> pa.Table:
+def plain_pymysql_table(cdc: Endpoint, schema: TableSchema) -> pa.Table:
     """``SELECT *`` through pymysql's converters, turned into Arrow value by value."""
     with contextlib.closing(cdc.connect()) as conn, conn.cursor() as cur:
         cur.execute(f"SELECT * FROM {quoted_table(schema.table_id)} ORDER BY id")
@@ -188,7 +188,7 @@ def plain_value(col: Column, value: Any) -> Any:
 
 @pytest.mark.parametrize("backend", ALL_BACKENDS)
 def test_every_type_reads_exactly(backend: BackendName, types_schema: TableSchema,
-                                  cdc_endpoint: ConnectionSettings) -> None:
+                                  cdc_endpoint: Endpoint) -> None:
     got = read_table(cdc_endpoint, types_schema, backend).sort_by("id")
     expected = expected_table(types_schema)
     assert got.schema == types_schema.arrow_schema()
@@ -199,7 +199,7 @@ def test_every_type_reads_exactly(backend: BackendName, types_schema: TableSchem
 
 @pytest.mark.parametrize("backend", ALL_BACKENDS)
 def test_equals_plain_pymysql_select(backend: BackendName, types_schema: TableSchema,
-                                     cdc_endpoint: ConnectionSettings) -> None:
+                                     cdc_endpoint: Endpoint) -> None:
     got = read_table(cdc_endpoint, types_schema, backend).sort_by("id")
     plain = plain_pymysql_table(cdc_endpoint, types_schema)
     for name in types_schema.column_names:
@@ -228,7 +228,7 @@ def global_setting(mysql_server: Any) -> Iterator[Callable[[str, str], None]]:
 
 @pytest.mark.parametrize("backend", ALL_BACKENDS)
 def test_timestamp_is_utc_whatever_the_server_time_zone(
-    backend: BackendName, types_schema: TableSchema, cdc_endpoint: ConnectionSettings,
+    backend: BackendName, types_schema: TableSchema, cdc_endpoint: Endpoint,
     global_setting: Callable[[str, str], None],
 ) -> None:
     global_setting("time_zone", "+05:30")
@@ -240,7 +240,7 @@ def test_timestamp_is_utc_whatever_the_server_time_zone(
 
 @pytest.mark.parametrize("backend", ALL_BACKENDS)
 def test_global_sql_mode_does_not_change_values(
-    backend: BackendName, types_schema: TableSchema, cdc_endpoint: ConnectionSettings,
+    backend: BackendName, types_schema: TableSchema, cdc_endpoint: Endpoint,
     global_setting: Callable[[str, str], None],
 ) -> None:
     global_setting("sql_mode", "PAD_CHAR_TO_FULL_LENGTH,ANSI,NO_BACKSLASH_ESCAPES")
@@ -250,7 +250,7 @@ def test_global_sql_mode_does_not_change_values(
 
 @pytest.mark.parametrize("backend", ALL_BACKENDS)
 def test_batches_respect_batch_rows(backend: BackendName, admin: pymysql.connections.Connection,
-                                    database: str, cdc_endpoint: ConnectionSettings) -> None:
+                                    database: str, cdc_endpoint: Endpoint) -> None:
     with admin.cursor() as cur:
         cur.execute("CREATE TABLE seq (id INT PRIMARY KEY, v VARCHAR(10))")
         cur.executemany("INSERT INTO seq VALUES (%s, %s)", [(i, f"v{i}") for i in range(1, 1001)])
@@ -264,7 +264,7 @@ def test_batches_respect_batch_rows(backend: BackendName, admin: pymysql.connect
 
 @pytest.mark.parametrize("backend", ALL_BACKENDS)
 def test_empty_range_yields_no_batch(backend: BackendName, types_schema: TableSchema,
-                                     cdc_endpoint: ConnectionSettings) -> None:
+                                     cdc_endpoint: Endpoint) -> None:
     batches = fetch_arrow(cdc_endpoint, types_schema, "id > %s", (10**9,),
                           backend=backend)
     assert list(batches) == []
@@ -276,7 +276,7 @@ NASTY = ["'", "\\", "\\'", "''", "' OR 1=1 -- ", "%s", "%%", "a\"b", "\n\r\t", "
 
 @pytest.fixture
 def nasty_schema(admin: pymysql.connections.Connection, database: str,
-                 cdc_endpoint: ConnectionSettings) -> TableSchema:
+                 cdc_endpoint: Endpoint) -> TableSchema:
     with admin.cursor() as cur:
         cur.execute("CREATE TABLE nasty (`k%``ey` VARCHAR(40) COLLATE utf8mb4_bin PRIMARY KEY, "
                     "n INT, raw VARBINARY(40)) DEFAULT CHARSET=utf8mb4")
@@ -289,7 +289,7 @@ def nasty_schema(admin: pymysql.connections.Connection, database: str,
 @pytest.mark.parametrize("no_backslash_escapes", [False, True])
 def test_nasty_literals_are_bound_safely(
     backend: BackendName, no_backslash_escapes: bool, nasty_schema: TableSchema,
-    cdc_endpoint: ConnectionSettings, global_setting: Callable[[str, str], None],
+    cdc_endpoint: Endpoint, global_setting: Callable[[str, str], None],
 ) -> None:
     if no_backslash_escapes:
         global_setting("sql_mode", "NO_BACKSLASH_ESCAPES")
@@ -308,7 +308,7 @@ def test_nasty_literals_are_bound_safely(
 @pytest.mark.parametrize("backend", ALL_BACKENDS)
 def test_auto_falls_back_for_columns_a_backend_cannot_read(
     backend: BackendName, admin: pymysql.connections.Connection, database: str,
-    cdc_endpoint: ConnectionSettings,
+    cdc_endpoint: Endpoint,
 ) -> None:
     with admin.cursor() as cur:
         cur.execute("CREATE TABLE geo (id INT PRIMARY KEY, p POINT)")
@@ -328,7 +328,7 @@ def test_auto_falls_back_for_columns_a_backend_cannot_read(
 @pytest.mark.parametrize("backend", ALL_BACKENDS)
 def test_missing_table_raises_table_not_found(backend: BackendName, types_schema: TableSchema,
                                               admin: pymysql.connections.Connection,
-                                              cdc_endpoint: ConnectionSettings) -> None:
+                                              cdc_endpoint: Endpoint) -> None:
     with admin.cursor() as cur:
         cur.execute("DROP TABLE types")
     with pytest.raises(TableNotFound, match="types"):
@@ -338,7 +338,7 @@ def test_missing_table_raises_table_not_found(backend: BackendName, types_schema
 # connectorx's connection pool retries a refused login for 30 s before failing: not tested here.
 @pytest.mark.parametrize("backend", ["mysqlclient", "pymysql"])
 def test_wrong_password_raises_authentication_failed(backend: BackendName, types_schema: TableSchema,
-                                                     cdc_endpoint: ConnectionSettings) -> None:
+                                                     cdc_endpoint: Endpoint) -> None:
     if backend not in available_backends():
         pytest.skip(f"{backend} not installed")
     wrong = cdc_endpoint.with_user(cdc_endpoint.user, "not-the-password")
@@ -349,7 +349,7 @@ def test_wrong_password_raises_authentication_failed(backend: BackendName, types
 
 @pytest.fixture
 def odd_password_user(admin: pymysql.connections.Connection, database: str,
-                      cdc_endpoint: ConnectionSettings) -> Iterator[ConnectionSettings]:
+                      cdc_endpoint: Endpoint) -> Iterator[Endpoint]:
     """A user whose name and password hold every character that means something in a URI.
 
     ASCII only: pymysql sends a str password encoded as latin-1 (cdc/connection.py passes str).
@@ -370,7 +370,7 @@ def odd_password_user(admin: pymysql.connections.Connection, database: str,
 
 @pytest.mark.parametrize("backend", ALL_BACKENDS)
 def test_credentials_with_uri_characters(backend: BackendName, types_schema: TableSchema,
-                                         odd_password_user: ConnectionSettings) -> None:
+                                         odd_password_user: Endpoint) -> None:
     got = read_table(odd_password_user, types_schema, backend, "id = %s", (1,))
     assert got.column("id").to_pylist() == [1]
 
@@ -378,7 +378,7 @@ def test_credentials_with_uri_characters(backend: BackendName, types_schema: Tab
 @pytest.mark.parametrize("backend", ALL_BACKENDS)
 def test_abandoned_read_closes_its_connection(backend: BackendName, admin: pymysql.connections.Connection,
                                               database: str,
-                                              cdc_endpoint: ConnectionSettings) -> None:
+                                              cdc_endpoint: Endpoint) -> None:
     with admin.cursor() as cur:
         cur.execute("CREATE TABLE big (id INT PRIMARY KEY, v CHAR(200))")
         cur.executemany("INSERT INTO big VALUES (%s, %s)", [(i, "x") for i in range(1, 20001)])
@@ -402,7 +402,7 @@ def reader_connections(admin: pymysql.connections.Connection, user: str) -> int:
 
 
 def test_bad_options_raise_config_error(types_schema: TableSchema,
-                                        cdc_endpoint: ConnectionSettings) -> None:
+                                        cdc_endpoint: Endpoint) -> None:
     with pytest.raises(ConfigError, match="unknown backend 'odbc'"):
         fetch_arrow(cdc_endpoint, types_schema, backend="odbc")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="batch_rows"):

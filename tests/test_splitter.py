@@ -21,7 +21,7 @@ from typing import Any
 import pymysql
 import pytest
 
-from binlog.mysql.connection import ConnectionSettings
+from binlog.mysql.connection import Endpoint
 from binlog.mysql.dialect import MySqlSplitQueries
 from binlog.mysql.keys import KeyOrder, chunkable, range_predicate, sql_ident
 from binlog.mysql.types import load_table_schema, quoted_table
@@ -36,7 +36,7 @@ Conn = pymysql.connections.Connection
 
 
 @pytest.fixture
-def cdc(cdc_endpoint: ConnectionSettings, database: str) -> Iterator[Conn]:
+def cdc(cdc_endpoint: Endpoint, database: str) -> Iterator[Conn]:
     with contextlib.closing(cdc_endpoint.connect(database)) as conn:
         yield conn
 
@@ -217,7 +217,7 @@ def test_table_without_key_needs_a_chunk_key_column(admin: Conn, cdc: Conn, data
 @pytest.mark.parametrize("name", ["dense_int", "decimal_even", "datetime", "string_ci_key",
                                   "time_negative", "varbinary"])
 def test_state_round_trip_continues_where_it_stopped(
-    name: str, admin: Conn, cdc: Conn, cdc_endpoint: ConnectionSettings, database: str
+    name: str, admin: Conn, cdc: Conn, cdc_endpoint: Endpoint, database: str
 ) -> None:
     case = CASES[name]
     make_table(admin, case.ddl, case.rows(random.Random(name)))

@@ -1,10 +1,10 @@
-"""Change rows (``cdc/envelope.py``'s layout) from binlog change blocks, built column-wise.
+"""Change rows (``cdc/envelope.py``'s layout) from binlog change events, built column-wise.
 
-:func:`block_envelope` is the block counterpart of
+:func:`event_rows_envelope` is the event counterpart of
 ``change_envelope(schema, split_key_changes(events, schema.primary_key), name=...)``: the same
-rows in the same order, from :class:`~binlog.mysql.blocks.ChangeBlock` s instead of one Python event per
-row. Per-block values (position, GTID, thread, ...) are taken once per block and spread to the
-rows with Arrow ``take``; the row images are the blocks' Arrow tables, concatenated.
+rows in the same order, from :class:`~binlog.mysql.event_rows.EventRows` s instead of one Python event per
+row. Per-event values (position, GTID, thread, ...) are taken once per event and spread to the
+rows with Arrow ``take``; the row images are the events' Arrow tables, concatenated.
 
 An update that changes the primary key becomes a delete (before image) then a create (after
 image), both at the update's position, as Debezium emits it.
@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from binlog.mysql.blocks import ChangeBlock
+from binlog.mysql.event_rows import EventRows
 from binlog.mysql.types import CONNECTOR
 from cdc import __version__
 from cdc.model.envelope import envelope_schema, row_type, source_type
@@ -29,28 +29,28 @@ _CODES = {"c": _C, "u": _U, "d": _D}
 _OP_TEXT = pa.array(["c", "u", "d"], pa.string())
 
 
-def block_envelope(schema: TableSchema, blocks: Sequence[ChangeBlock], *, name: str) -> pa.Table:
-    """Change rows for the blocks of one table, in block order.
+def event_rows_envelope(schema: TableSchema, events: Sequence[EventRows], *, name: str) -> pa.Table:
+    """Change rows for the events of one table, in event order.
 
     Args:
-        schema: the table's schema (the blocks' images are typed by it).
-        blocks: change blocks of the table, in binlog order.
+        schema: the table's schema (the events' images are typed by it).
+        events: change events of the table, in binlog order.
         name: the logical server name (``source.name``).
 
     Raises:
-        ValueError: a block is of another table.
+        ValueError: a event is of another table.
     """
-    others = {str(b.table_id) for b in blocks if b.table_id != schema.table_id}
+    others = {str(b.table_id) for b in events if b.table_id != schema.table_id}
     if others:
-        raise ValueError(f"blocks of {sorted(others)} passed with the schema of {schema.table_id}")
-    blocks = [b for b in blocks if b.num_rows]
-    if not blocks:
+        raise ValueError(f"events of {sorted(others)} passed with the schema of {schema.table_id}")
+    events = [b for b in events if b.num_rows]
+    if not events:
         return envelope_schema(schema).empty_table()
-    counts = np.array([b.num_rows for b in blocks], np.int64)
-    ops = np.repeat(np.array([_CODES[b.op] for b in blocks], np.int8), counts)
+    counts = np.array([b.num_rows for b in events], np.int64)
+    ops = np.repeat(np.array([_CODES[b.op] for b in events], np.int8), counts)
     total = int(counts.sum())
-    before = _images(schema, [b.before for b in blocks])
-    after = _images(schema, [b.after for b in blocks])
+    before = _images(schema, [b.before for b in events])
+    after = _images(schema, [b.after for b in events])
     has_before, has_after = ops != _C, ops != _D
     before_at = np.cumsum(has_before) - 1  # row -> its row in `before` (where it has one)
     after_at = np.cumsum(has_after) - 1
@@ -63,14 +63,14 @@ def block_envelope(schema: TableSchema, blocks: Sequence[ChangeBlock], *, name: 
     split = changed[source_row]
     out_ops[split & ~second] = _D
     out_ops[split & second] = _C
-    block = np.repeat(np.arange(len(blocks)), counts)[source_row]
-    row_in_block = (np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts))[source_row]
+    event = np.repeat(np.arange(len(events)), counts)[source_row]
+    row_in_event = (np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts))[source_row]
     return pa.Table.from_arrays(
         [_OP_TEXT.take(pa.array(out_ops)),
          _pick(schema, before, before_at[source_row], out_ops != _C),
          _pick(schema, after, after_at[source_row], out_ops != _D),
-         _source(blocks, name, block, row_in_block),
-         pa.array([b.ts_ms for b in blocks], pa.int64()).take(pa.array(block))],
+         _source(events, name, event, row_in_event),
+         pa.array([b.ts_ms for b in events], pa.int64()).take(pa.array(event))],
         schema=envelope_schema(schema),
     )
 
@@ -114,27 +114,27 @@ def _pick(schema: TableSchema, images: pa.Table, at: np.ndarray, present: np.nda
     return rows.take(pa.array(at, mask=~present))
 
 
-def _source(blocks: Sequence[ChangeBlock], name: str, block: np.ndarray,
-            row_in_block: np.ndarray) -> pa.StructArray:
-    """The Debezium ``source`` struct: per-block fields spread to rows, plus the row index."""
-    per_block = {
-        "version": pa.array([__version__] * len(blocks), pa.string()),
-        "connector": pa.array([CONNECTOR] * len(blocks), pa.string()),
-        "name": pa.array([name] * len(blocks), pa.string()),
-        "ts_ms": pa.array([b.ts_ms for b in blocks], pa.int64()),
-        "snapshot": pa.array(["false"] * len(blocks), pa.string()),
-        "db": pa.array([b.table_id.db for b in blocks], pa.string()),
-        "table": pa.array([b.table_id.table for b in blocks], pa.string()),
-        "server_id": pa.array([b.server_id for b in blocks], pa.int64()),
-        "gtid": pa.array([b.gtid for b in blocks], pa.string()),
-        "file": pa.array([b.file for b in blocks], pa.string()),
-        "pos": pa.array([b.pos for b in blocks], pa.int64()),
-        "thread": pa.array([b.thread for b in blocks], pa.int64()),
-        "query": pa.array([b.query for b in blocks], pa.string()),
+def _source(events: Sequence[EventRows], name: str, event: np.ndarray,
+            row_in_event: np.ndarray) -> pa.StructArray:
+    """The Debezium ``source`` struct: per-event fields spread to rows, plus the row index."""
+    per_event = {
+        "version": pa.array([__version__] * len(events), pa.string()),
+        "connector": pa.array([CONNECTOR] * len(events), pa.string()),
+        "name": pa.array([name] * len(events), pa.string()),
+        "ts_ms": pa.array([b.ts_ms for b in events], pa.int64()),
+        "snapshot": pa.array(["false"] * len(events), pa.string()),
+        "db": pa.array([b.table_id.db for b in events], pa.string()),
+        "table": pa.array([b.table_id.table for b in events], pa.string()),
+        "server_id": pa.array([b.server_id for b in events], pa.int64()),
+        "gtid": pa.array([b.gtid for b in events], pa.string()),
+        "file": pa.array([b.file for b in events], pa.string()),
+        "pos": pa.array([b.pos for b in events], pa.int64()),
+        "thread": pa.array([b.thread for b in events], pa.int64()),
+        "query": pa.array([b.query for b in events], pa.string()),
     }
-    take = pa.array(block)
-    first_rows = np.array([b.first_row for b in blocks], np.int64)
-    rows = pa.array((first_rows[block] + row_in_block).astype(np.int32))
+    take = pa.array(event)
+    first_rows = np.array([b.first_row for b in events], np.int64)
+    rows = pa.array((first_rows[event] + row_in_event).astype(np.int32))
     struct = source_type(CONNECTOR)
-    fields = [rows if f.name == "row" else per_block[f.name].take(take) for f in struct]
+    fields = [rows if f.name == "row" else per_event[f.name].take(take) for f in struct]
     return pa.StructArray.from_arrays(fields, fields=list(struct))

@@ -42,7 +42,7 @@ class Connection(pymysql.connections.Connection):
 
 
 @dataclass(frozen=True)
-class ConnectionSettings:
+class Endpoint:
     """Host, port and credentials of one server.
 
     Attributes:
@@ -59,7 +59,7 @@ class ConnectionSettings:
     password: str = field(repr=False)
     connect_timeout: float = 10.0
 
-    def with_user(self, user: str, password: str) -> ConnectionSettings:
+    def with_user(self, user: str, password: str) -> Endpoint:
         return replace(self, user=user, password=password)
 
     @property

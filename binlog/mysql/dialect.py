@@ -17,14 +17,14 @@ from typing import Any, ClassVar
 import pyarrow as pa
 
 from binlog.dialect import ChangeRows, Dialect, SupportsSplitSlices
-from binlog.mysql.blocks import ChangeBlock
-from binlog.mysql.change_rows import block_envelope
+from binlog.mysql.change_rows import event_rows_envelope
 from binlog.mysql.config import MySqlSourceConfig
-from binlog.mysql.connection import ConnectionSettings
+from binlog.mysql.connection import Endpoint
+from binlog.mysql.event_rows import EventRows
 from binlog.mysql.fetch import fetch_arrow
 from binlog.mysql.keys import KeyOrder, chunkable, range_predicate, sql_ident, sql_param, sql_table
 from binlog.mysql.positions import SKIP_COST, BinlogOffset, ChangePosition, byte_cuts
-from binlog.mysql.reader import BinlogReaderConfig, MySqlBinlogReader
+from binlog.mysql.reader import BinlogReaderOptions, MySqlBinlogReader
 from binlog.mysql.server import (
     ServerIdRange,
     binary_log_sizes,
@@ -62,10 +62,10 @@ class MySqlDialect(Dialect, SupportsSplitSlices):
         self.mysql = config
 
     @property
-    def settings(self) -> ConnectionSettings:
+    def settings(self) -> Endpoint:
         """Host, port and credentials (the password resolved from the environment or a file)."""
         s = self.mysql
-        return ConnectionSettings(host=s.hostname, port=s.port, user=s.username,
+        return Endpoint(host=s.hostname, port=s.port, user=s.username,
                                   password=s.resolved_password(), connect_timeout=s.connect_timeout_s)
 
     # --- driver ---------------------------------------------------------------------------
@@ -178,7 +178,7 @@ class MySqlLogReader:
     def __init__(self, dialect: MySqlDialect, server_id: int, schemas: dict[TableId, TableSchema]) -> None:
         self.dialect = dialect
         self.schemas = schemas
-        config = BinlogReaderConfig(connection=dialect.settings, server_id=server_id,
+        config = BinlogReaderOptions(connection=dialect.settings, server_id=server_id,
                                     tables=tuple(sorted(schemas)))
         self.reader = MySqlBinlogReader(config)
 
@@ -195,24 +195,24 @@ class MySqlLogReader:
                     decode_from: BinlogOffset | None = None) -> Iterator[ChangeRows]:
         """Change rows per table, built column-wise from the rows events of up to
         :data:`STREAM_ROWS` changes at a time."""
-        pending: list[ChangeBlock] = []
+        pending: list[EventRows] = []
         rows = 0
-        for block in self.reader.read_blocks(start, end, decode_from=decode_from):
-            pending.append(block)
-            rows += block.num_rows
+        for event in self.reader.read_event_rows(start, end, decode_from=decode_from):
+            pending.append(event)
+            rows += event.num_rows
             if rows >= STREAM_ROWS:
                 yield from self._rows(pending)
                 pending, rows = [], 0
         if pending:
             yield from self._rows(pending)
 
-    def _rows(self, blocks: list[ChangeBlock]) -> Iterator[ChangeRows]:
-        by_table: dict[TableId, list[ChangeBlock]] = {}
-        for block in blocks:
-            by_table.setdefault(block.table_id, []).append(block)
+    def _rows(self, events: list[EventRows]) -> Iterator[ChangeRows]:
+        by_table: dict[TableId, list[EventRows]] = {}
+        for event in events:
+            by_table.setdefault(event.table_id, []).append(event)
         for table, mine in by_table.items():
             first = mine[0]
-            rows = block_envelope(self.schemas[table], mine, name=self.dialect.mysql.name)
+            rows = event_rows_envelope(self.schemas[table], mine, name=self.dialect.mysql.name)
             yield ChangeRows(table, rows, ChangePosition(first.file, first.pos, first.first_row).sort_key())
 
 

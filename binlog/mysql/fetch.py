@@ -33,7 +33,7 @@ from typing import Any, Literal, get_args
 import pyarrow as pa
 
 from binlog.mysql.arrow_columns import ColumnRead, column_reads, select_list
-from binlog.mysql.connection import ConnectionSettings
+from binlog.mysql.connection import Endpoint
 from binlog.mysql.fetch_backends import (
     ConnectorXBackend,
     FetchBackend,
@@ -53,7 +53,7 @@ _OPTION = "source.fetch_backend"
 
 
 def fetch_arrow(
-    settings: ConnectionSettings,
+    settings: Endpoint,
     schema: TableSchema,
     where: str = "TRUE",
     params: Sequence[Any] = (),
@@ -95,7 +95,7 @@ def fetch_arrow(
 
 
 def _batches(
-    impl: FetchBackend, settings: ConnectionSettings, schema: TableSchema, sql: str,
+    impl: FetchBackend, settings: Endpoint, schema: TableSchema, sql: str,
     reads: tuple[ColumnRead, ...], batch_rows: int,
 ) -> Generator[pa.RecordBatch, None, None]:
     target = schema.arrow_schema()

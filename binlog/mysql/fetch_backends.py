@@ -33,7 +33,7 @@ import pymysql
 import pymysql.cursors
 
 from binlog.mysql.arrow_columns import ColumnRead
-from binlog.mysql.connection import ConnectionSettings
+from binlog.mysql.connection import Endpoint
 from binlog.mysql.types import INTEGER_TYPES, STRING_TYPES, quote_ident
 from cdc.model.errors import (
     AuthenticationFailed,
@@ -85,7 +85,7 @@ class FetchBackend(ABC):
 
     @abstractmethod
     def read(
-        self, settings: ConnectionSettings, table: TableId, sql: str,
+        self, settings: Endpoint, table: TableId, sql: str,
         reads: tuple[ColumnRead, ...], batch_rows: int,
     ) -> Generator[RawBatch, None, None]:
         """Run ``sql`` and yield its rows as raw arrays, at most ``batch_rows`` rows at a time.
@@ -106,7 +106,7 @@ class PyMySQLBackend(FetchBackend):
     install_hint = "pip install pymysql"
 
     def read(
-        self, settings: ConnectionSettings, table: TableId, sql: str,
+        self, settings: Endpoint, table: TableId, sql: str,
         reads: tuple[ColumnRead, ...], batch_rows: int,
     ) -> Generator[RawBatch, None, None]:
         conn = settings.connect(init_command=SESSION_SETUP)
@@ -136,7 +136,7 @@ class MySQLClientBackend(FetchBackend):
     install_hint = "apt-get install libmariadb-dev pkg-config && pip install mysqlclient"
 
     def read(
-        self, settings: ConnectionSettings, table: TableId, sql: str,
+        self, settings: Endpoint, table: TableId, sql: str,
         reads: tuple[ColumnRead, ...], batch_rows: int,
     ) -> Generator[RawBatch, None, None]:
         from MySQLdb import _mysql
@@ -189,7 +189,7 @@ class ConnectorXBackend(FetchBackend):
         return column.data_type in _CONNECTORX_TYPES
 
     def read(
-        self, settings: ConnectionSettings, table: TableId, sql: str,
+        self, settings: Endpoint, table: TableId, sql: str,
         reads: tuple[ColumnRead, ...], batch_rows: int,
     ) -> Generator[RawBatch, None, None]:
         import connectorx
@@ -213,7 +213,7 @@ def _importable(module: str) -> bool:
     return True
 
 
-def connectorx_uri(settings: ConnectionSettings) -> str:
+def connectorx_uri(settings: Endpoint) -> str:
     """The ``mysql://`` URI connectorx needs (it takes no separate password argument).
 
     The password is percent-encoded; the URI must never be logged. ``prefer_socket=false`` keeps
@@ -228,7 +228,7 @@ def connectorx_uri(settings: ConnectionSettings) -> str:
 
 
 @contextlib.contextmanager
-def translated(settings: ConnectionSettings, table: TableId) -> Iterator[None]:
+def translated(settings: Endpoint, table: TableId) -> Iterator[None]:
     """Turn driver errors with a known MySQL error code into CdcErrors that name the fix.
 
     Other errors pass through unchanged, except that a connectorx message never carries the
@@ -270,7 +270,7 @@ def _error_code(exc: BaseException) -> tuple[int | None, str]:
 
 
 def _cdc_error(
-    settings: ConnectionSettings, table: TableId, code: int | None, text: str
+    settings: Endpoint, table: TableId, code: int | None, text: str
 ) -> Exception | None:
     where = {"host": settings.host, "port": settings.port, "user": settings.user,
              "table": str(table)}

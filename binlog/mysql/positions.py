@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 # Walking over a rows event without decoding it costs about this much of decoding it and turning
-# it into change rows (benchmarks/binlog_blocks.py: 0.2 of decoding alone; 0.05-0.15 of a task in
+# it into change rows (benchmarks/binlog_event_rows.py: 0.2 of decoding alone; 0.05-0.15 of a task in
 # a 2M-update catch-up, which also writes files): later pieces of a split slice are smaller by
 # this factor each, so that its tasks finish together.
 SKIP_COST = 0.15
@@ -118,7 +118,7 @@ def byte_cuts(start: BinlogOffset, end: BinlogOffset, sizes: dict[str, int], par
     Every reader starts at ``start`` (only there does it know the table maps) and walks over
     the events before its piece without decoding them, which costs ``skip_cost`` of decoding
     them. So piece ``k`` gets ``(1 - skip_cost) ** k`` times the bytes of the first piece. The
-    cuts are byte positions, usually inside an event (see ``MySqlBinlogReader.read_blocks``).
+    cuts are byte positions, usually inside an event (see ``MySqlBinlogReader.read_event_rows``).
 
     Args:
         start: the slice start.

@@ -21,9 +21,9 @@ How a slice is read:
 * A change's position is (file, start of its rows event, row index inside the event), so
   ``ChangePosition.in_slice(start, end)`` holds for every change yielded.
 
-:meth:`MySqlBinlogReader.read` yields one ChangeEvent per row; :meth:`MySqlBinlogReader.read_blocks`
-yields the same changes as one :class:`~binlog.mysql.blocks.ChangeBlock` (Arrow tables) per rows event,
-decoded column-wise by numba kernels (``binlog/block_batch.py``, ``binlog/rows_decode.py``), about
+:meth:`MySqlBinlogReader.read` yields one ChangeEvent per row; :meth:`MySqlBinlogReader.read_event_rows`
+yields the same changes as one :class:`~binlog.mysql.event_rows.EventRows` (Arrow tables) per rows event,
+decoded column-wise by numba kernels (``binlog/mysql/columnar.py``, ``binlog/mysql/rows_decode.py``), about
 25x faster. Both share the walk, the resume and the end handling.
 
 Values are typed from the table's information_schema description (``cdc.model.schema``), matched by
@@ -47,9 +47,9 @@ from typing import Any, TypeVar
 
 import pymysql
 
-from binlog.mysql.blocks import ChangeBlock
-from binlog.mysql.connection import ConnectionSettings
+from binlog.mysql.connection import Endpoint
 from binlog.mysql.convert import RowConverter
+from binlog.mysql.event_rows import EventRows
 from binlog.mysql.positions import BinlogOffset, ChangePosition
 from binlog.mysql.server import (
     MAX_SERVER_ID,
@@ -78,7 +78,7 @@ from cdc.model.events import ChangeEvent
 from cdc.model.schema import TableId, TableSchema
 
 __all__ = [
-    "BinlogReaderConfig", "ChangeBlock", "InvalidBinlogPosition", "MySqlBinlogReader",
+    "BinlogReaderOptions", "EventRows", "InvalidBinlogPosition", "MySqlBinlogReader",
     "SchemaChanged",
     "ServerIdRange", "ServerInfo", "binary_logs", "check_server", "current_offset",
     "ensure_available", "low_watermark",
@@ -101,7 +101,7 @@ Walk = Callable[[BinlogStream, BinlogOffset, frozenset[TableId]], Iterator[T]]
 
 
 @dataclass(frozen=True)
-class BinlogReaderConfig:
+class BinlogReaderOptions:
     """What one binlog reader needs: a small picklable value (no open connection).
 
     Attributes:
@@ -115,7 +115,7 @@ class BinlogReaderConfig:
         check_server: validate settings and privileges (:func:`check_server`) on first use.
     """
 
-    connection: ConnectionSettings
+    connection: Endpoint
     server_id: int
     tables: tuple[TableId, ...]
     end_wait_timeout: float = 10.0
@@ -139,7 +139,7 @@ class MySqlBinlogReader:
         config: connection, server id and tables.
     """
 
-    def __init__(self, config: BinlogReaderConfig) -> None:
+    def __init__(self, config: BinlogReaderOptions) -> None:
         self.config = config
         self.stream_opens = 0  # replication streams opened (one COM_BINLOG_DUMP each)
         self.reconnects = 0  # streams resumed after their connection was lost
@@ -182,15 +182,15 @@ class MySqlBinlogReader:
         """
         return self._slice(start, end, tables, BinlogStream.changes)
 
-    def read_blocks(self, start: BinlogOffset, end: BinlogOffset,
+    def read_event_rows(self, start: BinlogOffset, end: BinlogOffset,
                     tables: Collection[TableId] | None = None, *,
-                    decode_from: BinlogOffset | None = None) -> Iterator[ChangeBlock]:
-        """Like :meth:`read`, but one :class:`ChangeBlock` (Arrow tables) per rows event.
+                    decode_from: BinlogOffset | None = None) -> Iterator[EventRows]:
+        """Like :meth:`read`, but one :class:`EventRows` (Arrow tables) per rows event.
 
         The same changes as :meth:`read`, in the same order, with the same slice, resume and end
-        semantics and errors; a block's rows are the event's rows in the slice. Rows are decoded
-        column-wise into Arrow (``binlog/rows_decode.py``) unless the table has a column type
-        that only the per-row path decodes, in which case its blocks hold that path's values.
+        semantics and errors; an EventRows' rows are the event's rows in the slice. Rows are decoded
+        column-wise into Arrow (``binlog/mysql/rows_decode.py``) unless the table has a column type
+        that only the per-row path decodes, in which case its event rows hold that path's values.
 
         ``decode_from`` splits a slice over several readers: rows events that start before it
         are walked over but not decoded (a reader must still start at a transaction boundary to
@@ -202,11 +202,13 @@ class MySqlBinlogReader:
             CdcError: the errors of :meth:`read`, for the same reasons.
             ValueError: ``decode_from`` lies outside the slice.
         """
-        from binlog.mysql.block_batch import stream_blocks  # loads numba only where blocks are read
+        from binlog.mysql.columnar import (
+            stream_event_rows,  # loads numba only where event rows are read
+        )
 
         if decode_from is not None and (decode_from.is_before(start) or end.is_before(decode_from)):
             raise ValueError(f"decode_from {decode_from} is outside the slice ({start}, {end}]")
-        return self._slice(start, end, tables, stream_blocks, decode_from)
+        return self._slice(start, end, tables, stream_event_rows, decode_from)
 
     def _slice(self, start: BinlogOffset, end: BinlogOffset, tables: Collection[TableId] | None,
                walk: Walk[T], decode_from: BinlogOffset | None = None) -> Iterator[T]:

@@ -1,4 +1,4 @@
-"""Decode binlog rows events straight into Arrow, column-wise (the fast path of ``read_blocks``).
+"""Decode binlog rows events straight into Arrow, column-wise (the fast path of ``read_event_rows``).
 
 :meth:`RowsDecoder.plan` looks once at a table map (the binlog's column types and metadata, as
 mysql-replication parsed them) and the table's :class:`~cdc.model.schema.TableSchema`, and either

@@ -4,7 +4,7 @@
 :class:`BinlogStream` walks its events, keeps track of where it stands (file, position, the last
 transaction boundary, the last change handed out) and hands out the wanted rows events
 (:meth:`BinlogStream.rows_events`), which :meth:`BinlogStream.changes` turns into ChangeEvents
-row by row and ``binlog/block_batch.py`` into column-wise change blocks.
+row by row and ``binlog/mysql/columnar.py`` into column-wise event rows.
 
 Positions come from event headers: ``log_pos`` is where the next event starts, and an event
 starts ``event_size`` bytes before it. Artificial events the server sends on connect (a rotate to
@@ -40,22 +40,24 @@ from pymysqlreplication.row_event import (
     WriteRowsEvent,
 )
 
-from binlog.mysql.blocks import BlockOp, change_source
-from binlog.mysql.connection import Connection, ConnectionSettings
+from binlog.mysql.connection import Connection, Endpoint
 from binlog.mysql.convert import RowConverter
+from binlog.mysql.event_rows import EventOp, change_source
 from binlog.mysql.positions import BinlogOffset, ChangePosition
 from cdc.model.errors import BinlogNotConfigured
 from cdc.model.events import ChangeEvent
 from cdc.model.schema import TableId
 
 if TYPE_CHECKING:
-    from binlog.mysql.rows_decode import RowsDecoder  # imports numba: only where blocks are read
+    from binlog.mysql.rows_decode import (
+        RowsDecoder,  # imports numba: only where event rows are read
+    )
 
 _COM_BINLOG_DUMP = 0x12
 _BINLOG_SEND_ANNOTATE_ROWS_EVENT = 0x02
 _ANONYMOUS_GTID_LOG_EVENT = 34
 _TRANSACTION_PAYLOAD_EVENT = 40
-_OPS: dict[type, BlockOp] = {WriteRowsEvent: "c", UpdateRowsEvent: "u", DeleteRowsEvent: "d"}
+_OPS: dict[type, EventOp] = {WriteRowsEvent: "c", UpdateRowsEvent: "u", DeleteRowsEvent: "d"}
 
 # (table, binlog table id, binlog column names, where) -> the converter for that table's rows
 ConverterLookup = Callable[[TableId, int, tuple["str | None", ...], ChangePosition], RowConverter]
@@ -72,7 +74,7 @@ class StreamLost(Exception):
     """
 
 
-def open_library_stream(connection: ConnectionSettings, server_id: int,
+def open_library_stream(connection: Endpoint, server_id: int,
                         tables: tuple[TableId, ...], at: BinlogOffset, read_timeout: float,
                         annotate_rows: bool) -> BinLogStreamReader:
     """Start a non-blocking binlog dump at ``at`` (the connection opens on the first read).
@@ -186,7 +188,7 @@ class BinlogStream:
         """Where to reopen after a lost connection: the transaction of the oldest change held.
 
         That is the current transaction's start, or an earlier one while a reader holds rows it
-        has not handed out yet (``hold``, set by the block reader, which batches rows events).
+        has not handed out yet (``hold``, set by the column-wise reader, which batches rows events).
         """
         return self.hold if self.hold is not None else self.boundary
 
@@ -339,8 +341,8 @@ class TableMap:
         names: the binlog's column names.
         columns: mysql-replication's column descriptions (binlog type and metadata).
         converter: the per-row converter, looked up at the first wanted rows event.
-        decoder: the column-wise decoder (``binlog/rows_decode.py``) or why there is none;
-            decided once, by the block reader.
+        decoder: the column-wise decoder (``binlog/mysql/rows_decode.py``) or why there is none;
+            decided once, by the column-wise reader.
     """
 
     __slots__ = ("columns", "converter", "decoder", "names", "table_id")
@@ -363,7 +365,7 @@ class RowsAt:
     """
 
     table_map: TableMap
-    op: BlockOp
+    op: EventOp
     file: str
     index: int  # the file's number, for ordering
     start: int

@@ -15,7 +15,7 @@ from typing import Any
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, RotateEvent
 
-from binlog.mysql.connection import ConnectionSettings
+from binlog.mysql.connection import Endpoint
 from binlog.mysql.positions import BinlogOffset
 from binlog.mysql.server import binary_logs, current_offset
 
@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 _TRANSACTION_STARTS = (GtidEvent, MariadbGtidEvent)
 
 
-def offset_at(settings: ConnectionSettings, server_id: int, timestamp_ms: int) -> BinlogOffset:
+def offset_at(settings: Endpoint, server_id: int, timestamp_ms: int) -> BinlogOffset:
     """The first transaction boundary at or after ``timestamp_ms`` (epoch ms, UTC).
 
     Returns the current position when nothing that late was written yet, and the first
@@ -45,7 +45,7 @@ def offset_at(settings: ConnectionSettings, server_id: int, timestamp_ms: int) -
     return end
 
 
-def _stream(settings: ConnectionSettings, server_id: int, file: str, events: list[Any]) -> BinLogStreamReader:
+def _stream(settings: Endpoint, server_id: int, file: str, events: list[Any]) -> BinLogStreamReader:
     return BinLogStreamReader(
         connection_settings={"host": settings.host, "port": settings.port, "user": settings.user,
                              "password": settings.password, "charset": "utf8mb4",
@@ -55,7 +55,7 @@ def _stream(settings: ConnectionSettings, server_id: int, file: str, events: lis
     )
 
 
-def _first_event_time(settings: ConnectionSettings, server_id: int, file: str) -> int | None:
+def _first_event_time(settings: Endpoint, server_id: int, file: str) -> int | None:
     """The time of the first real event of a binlog file (None: no event)."""
     stream = _stream(settings, server_id, file, [*_TRANSACTION_STARTS, QueryEvent, RotateEvent])
     try:
@@ -67,7 +67,7 @@ def _first_event_time(settings: ConnectionSettings, server_id: int, file: str) -
         stream.close()
 
 
-def _scan(settings: ConnectionSettings, server_id: int, start: BinlogOffset, target_s: int,
+def _scan(settings: Endpoint, server_id: int, start: BinlogOffset, target_s: int,
           end: BinlogOffset) -> BinlogOffset | None:
     """Walk from ``start`` to the first transaction start at or after ``target_s``."""
     stream = _stream(settings, server_id, start.file, [*_TRANSACTION_STARTS, QueryEvent, RotateEvent])

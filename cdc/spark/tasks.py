@@ -45,7 +45,7 @@ from sinks.base import SinkWriter, Staged, StreamKind
 
 log = logging.getLogger(__name__)
 
-EVENT_BLOCK = 4096  # log changes merged into staged chunks at a time
+BACKFILL_BATCH = 4096  # log changes merged into staged chunks at a time
 STAGED_ROWS = 131_072  # snapshot rows of one table buffered by an emit task before sinks stage them
 
 
@@ -178,9 +178,9 @@ def _emit(items: list[EmitChunk], part: CdcPartition, ctx: TaskContext, orders: 
     low = functools.reduce(min_offset, (f.low_watermark for f in fills))
     if low.is_before(hw):
         reader = _log_reader(part, ctx, (f.schema.table_id for f in fills), resources)
-        for block in _blocks(reader.changes(low, hw)):
+        for changes in _batches(reader.changes(low, hw)):
             for fill in fills:
-                fill.offer(block, hw)
+                fill.offer(changes, hw)
     pending = _Pending(ctx)
     for fill in fills:
         table = fill.schema.table_id
@@ -191,7 +191,7 @@ def _emit(items: list[EmitChunk], part: CdcPartition, ctx: TaskContext, orders: 
         if ctx.writers:
             yield from pending.add(fill.schema, envelope)
         else:
-            yield from ctx.layout.to_stream(table, envelope).to_batches(max_chunksize=EVENT_BLOCK * 4)
+            yield from ctx.layout.to_stream(table, envelope).to_batches(max_chunksize=BACKFILL_BATCH * 4)
     yield from pending.flush()
 
 
@@ -252,12 +252,12 @@ def _stream(item: StreamSlice, part: CdcPartition, ctx: TaskContext, orders: _Ke
              f" from {item.decode_from}" if item.decode_from else "", total, time.perf_counter() - began)
 
 
-def _blocks(changes: Iterable[ChangeEvent]) -> Iterator[list[ChangeEvent]]:
-    block: list[ChangeEvent] = []
+def _batches(changes: Iterable[ChangeEvent]) -> Iterator[list[ChangeEvent]]:
+    batch: list[ChangeEvent] = []
     for change in changes:
-        block.append(change)
-        if len(block) >= EVENT_BLOCK:
-            yield block
-            block = []
-    if block:
-        yield block
+        batch.append(change)
+        if len(batch) >= BACKFILL_BATCH:
+            yield batch
+            batch = []
+    if batch:
+        yield batch

@@ -32,7 +32,7 @@ from typing import Any
 
 import pymysql
 
-from binlog.mysql.connection import ConnectionSettings
+from binlog.mysql.connection import Endpoint
 from cdc.model.errors import SourceUnreachable
 
 log = logging.getLogger(__name__)
@@ -57,7 +57,7 @@ class SandboxError(RuntimeError):
 
 
 # The sandbox hands out ordinary connection settings.
-Endpoint = ConnectionSettings
+
 
 
 @dataclass

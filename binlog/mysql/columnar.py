@@ -1,14 +1,14 @@
-"""The block walk: rows events -> :class:`~binlog.mysql.blocks.ChangeBlock`, decoded column-wise.
+"""The column-wise walk: rows events -> :class:`~binlog.mysql.event_rows.EventRows`, decoded column-wise.
 
-:func:`stream_blocks` walks a :class:`~binlog.mysql.stream.BinlogStream` like ``changes`` does
-(same positions, end handling and skip-after-resume) and yields one block per rows event.
+:func:`stream_event_rows` walks a :class:`~binlog.mysql.stream.BinlogStream` like ``changes`` does
+(same positions, end handling and skip-after-resume) and yields one EventRows per rows event.
 
 Rows events are small (MariaDB and MySQL cut them at ``binlog_row_event_max_size``, 8 KiB by
 default: about 20 rows of a wide table), so decoding each alone would spend its time on per-call
 overhead. Consecutive rows events of one table map and operation are therefore batched, up to
-:data:`BATCH_BYTES`, decoded in one pass (``binlog/rows_decode.py``) and handed out as one block
+:data:`BATCH_BYTES`, decoded in one pass (``binlog/mysql/rows_decode.py``) and handed out as one EventRows
 per event, each a zero-copy slice of the batch's tables. Events of a table the fast path cannot
-decode become blocks of the per-row path's values.
+decode become event rows of the per-row path's values.
 
 While rows are held in a batch the stream's ``hold`` is the start of the oldest held event's
 transaction, so a lost connection restarts there and loses nothing (changes already handed out
@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from binlog.mysql.blocks import ChangeBlock, block_from_events
+from binlog.mysql.event_rows import EventRows, event_rows_from_changes
 from binlog.mysql.positions import BinlogOffset
 from binlog.mysql.rows_decode import RowsDecoder
 from binlog.mysql.stream import BinlogStream, RowsAt, TableMap
@@ -34,9 +34,9 @@ log = logging.getLogger(__name__)
 BATCH_BYTES = 4 << 20  # rows bytes decoded in one pass at most (one event may exceed it)
 
 
-def stream_blocks(stream: BinlogStream, end: BinlogOffset,
-                  wanted: frozenset[TableId]) -> Iterator[ChangeBlock]:
-    """Yield the changes before ``end`` as blocks; return at ``end`` or the binlog's end.
+def stream_event_rows(stream: BinlogStream, end: BinlogOffset,
+                  wanted: frozenset[TableId]) -> Iterator[EventRows]:
+    """Yield the changes before ``end`` as event rows; return at ``end`` or the binlog's end.
 
     Raises:
         StreamLost: the connection dropped (rows held in a batch are read again on resume).
@@ -83,14 +83,14 @@ class _Batch:
         self.events: list[tuple[memoryview, RowsAt]] = []
         self.size = 0
 
-    def add(self, ev: Any, at: RowsAt) -> Iterator[ChangeBlock]:
+    def add(self, ev: Any, at: RowsAt) -> Iterator[EventRows]:
         decoder = decoder_for(at.table_map)
         if decoder is None:
             yield from self.flush()
             events = list(self.stream.row_changes(ev, at))
             if events:
                 assert at.table_map.converter is not None  # looked up with the event
-                yield block_from_events(events, at.table_map.converter.schema.arrow_schema())
+                yield event_rows_from_changes(events, at.table_map.converter.schema.arrow_schema())
             return
         if self.events:
             head = self.events[0][1]
@@ -102,8 +102,8 @@ class _Batch:
         self.events.append((rows, at))
         self.size += len(rows)
 
-    def flush(self) -> Iterator[ChangeBlock]:
-        """Decode the held events and hand out one block per event."""
+    def flush(self) -> Iterator[EventRows]:
+        """Decode the held events and hand out one EventRows per event."""
         if not self.events:
             return
         held, self.events, self.size = self.events, [], 0
@@ -124,5 +124,5 @@ class _Batch:
             before = images[0] if at.op != "c" else None
             after = images[-1] if at.op != "d" else None
             self.stream.last = (at.index, at.start, count - 1)
-            yield ChangeBlock(at.table_map.table_id, at.op, before, after, at.file, at.start,
+            yield EventRows(at.table_map.table_id, at.op, before, after, at.file, at.start,
                               at.skip_rows, at.ts_ms, at.gtid, at.server_id, at.thread, at.query)

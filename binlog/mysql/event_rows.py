@@ -1,7 +1,7 @@
-"""Change blocks: the row changes of one binlog rows event as Arrow tables.
+"""Event rows: the row changes of one binlog rows event as Arrow tables.
 
-``MySqlBinlogReader.read_blocks`` yields these instead of one :class:`~cdc.model.events.ChangeEvent`
-per row; ``cdc/change_blocks.py`` turns a sequence of them into change rows column-wise. A block
+``MySqlBinlogReader.read_event_rows`` yields these instead of one :class:`~cdc.model.events.ChangeEvent`
+per row; ``binlog/mysql/change_rows.py`` turns a sequence of them into change rows column-wise. An EventRows
 holds the rows of one rows event (one table, one operation) that lie in the slice, typed as the
 table's ``schema.arrow_schema()``, with the event's position and context.
 """
@@ -18,17 +18,17 @@ from binlog.mysql.positions import ChangePosition
 from cdc.model.events import ChangeEvent
 from cdc.model.schema import TableId
 
-BlockOp = Literal["c", "u", "d"]
+EventOp = Literal["c", "u", "d"]
 
 
 @dataclass(frozen=True)
-class ChangeBlock:
+class EventRows:
     """The changes of one rows event (one table, one operation).
 
     Attributes:
         table_id: the table changed.
         op: ``c`` insert, ``u`` update, ``d`` delete (an update of the primary key stays ``u``
-            here; ``cdc/change_blocks.py`` splits it as Debezium does).
+            here; ``binlog/mysql/change_rows.py`` splits it as Debezium does).
         before: the rows before the change (``u``, ``d``), typed as ``schema.arrow_schema()``.
         after: the rows after the change (``c``, ``u``), row i matching ``before``'s row i.
         file: binlog file of the rows event.
@@ -43,7 +43,7 @@ class ChangeBlock:
     """
 
     table_id: TableId
-    op: BlockOp
+    op: EventOp
     before: pa.Table | None
     after: pa.Table | None
     file: str
@@ -61,11 +61,11 @@ class ChangeBlock:
         return 0 if image is None else image.num_rows
 
     def last_position(self) -> ChangePosition:
-        """The position of the block's last change."""
+        """The position of the event's last change."""
         return ChangePosition(self.file, self.pos, self.first_row + self.num_rows - 1)
 
     def to_events(self) -> list[ChangeEvent]:
-        """The block as one ChangeEvent per row (per-row Python: for tests and slow paths)."""
+        """The EventRows as one ChangeEvent per row (per-row Python: for tests and slow paths)."""
         befores = self.before.to_pylist() if self.before is not None else None
         afters = self.after.to_pylist() if self.after is not None else None
         return [
@@ -85,8 +85,8 @@ def change_source(server_id: int, gtid: str | None, file: str, pos: int, row: in
             "query": query}
 
 
-def block_from_events(events: Sequence[ChangeEvent], schema: pa.Schema) -> ChangeBlock:
-    """A block from the per-row changes of one rows event (the fallback path).
+def event_rows_from_changes(events: Sequence[ChangeEvent], schema: pa.Schema) -> EventRows:
+    """An EventRows from the per-row changes of one rows event (the fallback path).
 
     Args:
         events: the changes, in row order, all of one rows event.
@@ -96,17 +96,17 @@ def block_from_events(events: Sequence[ChangeEvent], schema: pa.Schema) -> Chang
         ValueError: no events, or they are not of one rows event.
     """
     if not events:
-        raise ValueError("a change block needs at least one change")
+        raise ValueError("a event's rows needs at least one change")
     first = events[0]
     where = first.position
     if not isinstance(where, ChangePosition) or any(
             not isinstance(e.position, ChangePosition) or e.position[:2] != where[:2] for e in events):
-        raise ValueError("a change block holds the changes of one rows event")
+        raise ValueError("a event's rows holds the changes of one rows event")
     op = first.op
     if op == "r":
         raise ValueError("snapshot reads are not binlog changes")
     before = pa.Table.from_pylist([e.before for e in events], schema=schema) if op != "c" else None
     after = pa.Table.from_pylist([e.after for e in events], schema=schema) if op != "d" else None
     s = first.source
-    return ChangeBlock(first.table_id, op, before, after, where.file, where.pos, where.row,
+    return EventRows(first.table_id, op, before, after, where.file, where.pos, where.row,
                        first.ts_ms, s.get("gtid"), s.get("server_id", 0), s.get("thread"), s.get("query"))

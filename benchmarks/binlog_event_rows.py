@@ -7,7 +7,7 @@ reads that one binlog slice both ways, on the same reader:
 
 * **old**: ``MySqlBinlogReader.read`` (mysql-replication decodes every value, RowConverter)
   + ``change_envelope(split_key_changes(...))``;
-* **new**: ``MySqlBinlogReader.read_blocks`` (numba kernels, Arrow) + ``block_envelope``.
+* **new**: ``MySqlBinlogReader.read_event_rows`` (numba kernels, Arrow) + ``event_rows_envelope``.
 
 It also times walking the slice without decoding it (``decode_from`` at the end), what a stream
 task of a split catch-up pays for the pieces before its own, relative to the new path.
@@ -16,7 +16,7 @@ It asserts both give the same change rows (on the first ``--check`` rows) and pr
 (best of ``--repeats``), the ratio, the time split of the new path, and the numba compile cost:
 the first decode in a fresh process without the kernel cache (cold) and with it (cached).
 
-    .venv/bin/python benchmarks/binlog_blocks.py [--scale 1] [--updates 200000]
+    .venv/bin/python benchmarks/binlog_event_rows.py [--scale 1] [--updates 200000]
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ from pathlib import Path
 import pyarrow as pa
 from tpcds import CustomerTable, customer_sandbox
 
-from binlog.mysql.change_rows import block_envelope
+from binlog.mysql.change_rows import event_rows_envelope
 from binlog.mysql.positions import BinlogOffset
-from binlog.mysql.reader import BinlogReaderConfig, MySqlBinlogReader, current_offset
+from binlog.mysql.reader import BinlogReaderOptions, MySqlBinlogReader, current_offset
 from binlog.mysql.types import load_table_schema
 from cdc.model.envelope import change_envelope, split_key_changes
 from cdc.model.schema import TableId, TableSchema
@@ -65,13 +65,13 @@ def old_path(reader: MySqlBinlogReader, schema: TableSchema, start: BinlogOffset
 
 def new_path(reader: MySqlBinlogReader, schema: TableSchema, start: BinlogOffset,
              end: BinlogOffset) -> pa.Table:
-    return block_envelope(schema, list(reader.read_blocks(start, end)), name="bench")
+    return event_rows_envelope(schema, list(reader.read_event_rows(start, end)), name="bench")
 
 
 def walk_only(reader: MySqlBinlogReader, start: BinlogOffset, end: BinlogOffset) -> pa.Table:
     """Read the slice without decoding a row: what a stream task pays for the pieces of a split
     slice before its own (cdc.spark.source.SKIP_COST)."""
-    list(reader.read_blocks(start, end, decode_from=end))
+    list(reader.read_event_rows(start, end, decode_from=end))
     return pa.table({})
 
 
@@ -87,12 +87,12 @@ def best(fn: Callable[[], pa.Table], repeats: int) -> tuple[float, pa.Table]:
 
 def split_new(reader: MySqlBinlogReader, schema: TableSchema, start: BinlogOffset,
               end: BinlogOffset) -> tuple[float, float]:
-    """Seconds of read_blocks alone, and of block_envelope alone."""
+    """Seconds of read_event_rows alone, and of event_rows_envelope alone."""
     began = time.perf_counter()
-    blocks = list(reader.read_blocks(start, end))
+    blocks = list(reader.read_event_rows(start, end))
     read = time.perf_counter() - began
     began = time.perf_counter()
-    block_envelope(schema, blocks, name="bench")
+    event_rows_envelope(schema, blocks, name="bench")
     return read, time.perf_counter() - began
 
 
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> None:
         table_id = TableId(table.database, table.table)
         with contextlib.closing(table.box.cdc.connect()) as conn:
             schema = load_table_schema(conn, table_id)
-        config = BinlogReaderConfig(table.box.cdc, 6200, (table_id,))
+        config = BinlogReaderOptions(table.box.cdc, 6200, (table_id,))
         with MySqlBinlogReader(config) as reader:
             new_path(reader, schema, start, end)  # warm up: connect, plan, load kernels
             new_s, new = best(lambda: new_path(reader, schema, start, end), args.repeats)
@@ -152,12 +152,12 @@ def main(argv: list[str] | None = None) -> None:
         assert new.slice(n - args.check).to_pylist() == old.slice(n - args.check).to_pylist()
         print(f"{n:,} UPDATE row changes of TPC-DS customer (18 columns), scale {args.scale}:")
         print(f"  old: read + change_envelope        {n / old_s:>10,.0f} changes/s ({old_s:.2f} s)")
-        print(f"  new: read_blocks + block_envelope  {n / new_s:>10,.0f} changes/s ({new_s:.2f} s)"
+        print(f"  new: read_event_rows + event_rows_envelope  {n / new_s:>10,.0f} changes/s ({new_s:.2f} s)"
               f"  -> {old_s / new_s:.1f}x")
-        print(f"  new path split: read_blocks {read_s:.2f} s ({n / read_s:,.0f}/s), "
-              f"block_envelope {envelope_s:.2f} s ({n / envelope_s:,.0f}/s)")
+        print(f"  new path split: read_event_rows {read_s:.2f} s ({n / read_s:,.0f}/s), "
+              f"event_rows_envelope {envelope_s:.2f} s ({n / envelope_s:,.0f}/s)")
         print(f"  walking the slice without decoding (a split slice's earlier pieces): {walk_s:.2f} s "
-              f"= {walk_s / new_s:.2f}x of read_blocks + block_envelope")
+              f"= {walk_s / new_s:.2f}x of read_event_rows + event_rows_envelope")
 
 
 if __name__ == "__main__":

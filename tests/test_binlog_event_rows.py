@@ -1,4 +1,4 @@
-"""``read_blocks`` + ``block_envelope`` against ``read`` + ``change_envelope``, on a real server.
+"""``read_event_rows`` + ``event_rows_envelope`` against ``read`` + ``change_envelope``, on a real server.
 
 The column-wise path (numba kernels into Arrow) must give exactly the change rows the per-row path
 gives, for every column type, NULLs, multi-row events, primary-key updates and tables that only the
@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_binlog_mysql import TYPED_ROW, TYPED_UPDATE, TYPES_DDL, create_abc, run
 
-from binlog.mysql.blocks import ChangeBlock
-from binlog.mysql.change_rows import block_envelope
+from binlog.mysql.change_rows import event_rows_envelope
+from binlog.mysql.event_rows import EventRows
 from binlog.mysql.positions import BinlogOffset, byte_cuts
 from binlog.mysql.reader import MySqlBinlogReader, current_offset
 from binlog.mysql.server import binary_log_sizes
@@ -36,19 +36,19 @@ Conn = pymysql.connections.Connection
 
 
 def assert_same_changes(r: MySqlBinlogReader, conn: Conn, start: BinlogOffset,
-                        end: BinlogOffset) -> dict[TableId, list[ChangeBlock]]:
+                        end: BinlogOffset) -> dict[TableId, list[EventRows]]:
     """Both paths over (start, end] give identical change rows per table; the blocks by table."""
     events = list(r.read(start, end))
-    blocks = list(r.read_blocks(start, end))
+    blocks = list(r.read_event_rows(start, end))
     assert [(e.table_id, *e.position) for e in events if e.position] == [
         (b.table_id, b.file, b.pos, b.first_row + i) for b in blocks for i in range(b.num_rows)]
-    by_table: dict[TableId, list[ChangeBlock]] = {}
+    by_table: dict[TableId, list[EventRows]] = {}
     for table in r.config.tables:
         schema = load_table_schema(conn, table)
         mine = [e for e in events if e.table_id == table]
         old = change_envelope(schema, split_key_changes(mine, schema.primary_key), name="t")
         by_table[table] = [b for b in blocks if b.table_id == table]
-        new = block_envelope(schema, by_table[table], name="t")
+        new = event_rows_envelope(schema, by_table[table], name="t")
         assert new.schema == old.schema
         assert new.to_pylist() == old.to_pylist()
         assert new.equals(old)
@@ -65,7 +65,7 @@ def fallbacks(caplog: pytest.LogCaptureFixture) -> list[str]:
 def test_every_column_type_and_a_per_row_table(
         mysql_server: Sandbox, admin: Conn, cdc_conn: Conn, reader: Any, database: str,
         caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="binlog.mysql.block_batch")
+    caplog.set_level(logging.INFO, logger="binlog.mysql.columnar")
     start = current_offset(cdc_conn)
     test_types.populate(mysql_server, database)  # every type, edge values, NULLs
     test_types.touch_every_row(mysql_server, database)  # multi-row update events
@@ -118,7 +118,7 @@ def test_wide_multi_row_events_with_nulls_key_changes_and_two_tables(
 # ---- slice semantics ----------------------------------------------------------------------
 
 
-def positions(blocks: list[ChangeBlock]) -> list[tuple[str, int, int]]:
+def positions(blocks: list[EventRows]) -> list[tuple[str, int, int]]:
     return [(b.file, b.pos, b.first_row + i) for b in blocks for i in range(b.num_rows)]
 
 
@@ -134,21 +134,21 @@ def test_adjacent_block_slices_add_up_and_stop_at_end(
     c = current_offset(cdc_conn)
     run(admin, "INSERT INTO a VALUES (4, 'after')")
 
-    whole = list(reader("a", "b").read_blocks(a, c, [TableId(database, "a")]))
+    whole = list(reader("a", "b").read_event_rows(a, c, [TableId(database, "a")]))
     split = reader("a", "b")
-    first, second = list(split.read_blocks(a, b)), list(split.read_blocks(b, c))
+    first, second = list(split.read_event_rows(a, b)), list(split.read_event_rows(b, c))
 
     assert positions(first + second[:-1]) == positions(whole)  # second ends with b's insert
     assert [(x.table_id.table, x.op, x.num_rows) for x in first + second] == [
         ("a", "c", 2), ("a", "u", 1), ("a", "c", 1), ("a", "d", 1), ("a", "u", 2), ("b", "c", 1)]
     assert second[-2].file == c.file != a.file  # crossed a rotation
     assert split.stream_opens == 1  # the second slice continued on the first one's connection
-    assert list(split.read_blocks(c, c)) == []
+    assert list(split.read_event_rows(c, c)) == []
     with pytest.raises(ValueError, match="before its start"):
-        split.read_blocks(c, a)
+        split.read_event_rows(c, a)
     d = current_offset(cdc_conn)  # the binlog's end: returns without waiting for more
     began = time.monotonic()
-    assert [(x.op, x.after.to_pylist()) for x in split.read_blocks(c, d) if x.after] == [
+    assert [(x.op, x.after.to_pylist()) for x in split.read_event_rows(c, d) if x.after] == [
         ("c", [{"id": 4, "v": "after"}])]
     assert time.monotonic() - began < 5
 
@@ -164,14 +164,14 @@ def test_a_slice_cut_anywhere_is_read_once_by_its_pieces(
         "BEGIN", "DELETE FROM a WHERE id >= 1500", "INSERT INTO b VALUES (2, 'c')", "COMMIT",
         "UPDATE a SET v = 'z'")
     end = current_offset(cdc_conn)
-    whole = positions(list(reader("a", "b").read_blocks(a, end)))
+    whole = positions(list(reader("a", "b").read_event_rows(a, end)))
     events = sorted({(f, p) for f, p, _ in whole})
     assert len(events) > 12 and events[-1][0] != a.file  # multi-row events on both sides of a rotation
 
     cuts = [BinlogOffset(f, p + d) for f, p in events[1:] for d in (0, 1, -1)] + [BinlogOffset(end.file, 4)]
     for cut in cuts:
         r = reader("a", "b")
-        head, tail = list(r.read_blocks(a, cut)), list(reader("a", "b").read_blocks(a, end, decode_from=cut))
+        head, tail = list(r.read_event_rows(a, cut)), list(reader("a", "b").read_event_rows(a, end, decode_from=cut))
         assert positions(head) + positions(tail) == whole, f"cut at {cut}"
         assert all(not BinlogOffset(b.file, b.pos).is_before(cut) for b in tail)
 
@@ -179,11 +179,11 @@ def test_a_slice_cut_anywhere_is_read_once_by_its_pieces(
     three = byte_cuts(a, end, sizes, parts=3, min_bytes=64, skip_cost=0.2)
     assert len(three) == 2 and a.is_before(three[0]) and three[0].is_before(three[1]) and three[1].is_before(end)
     bounds = [None, *three]
-    pieces = [positions(list(reader("a", "b").read_blocks(a, e, decode_from=b)))
+    pieces = [positions(list(reader("a", "b").read_event_rows(a, e, decode_from=b)))
               for b, e in zip(bounds, [*three, end], strict=True)]
     assert [p for piece in pieces for p in piece] == whole
     with pytest.raises(ValueError, match="outside the slice"):
-        reader("a").read_blocks(three[0], end, decode_from=a)
+        reader("a").read_event_rows(three[0], end, decode_from=a)
 
 
 def test_lost_connection_while_rows_are_held_resumes_without_loss_or_duplicates(
@@ -196,7 +196,7 @@ def test_lost_connection_while_rows_are_held_resumes_without_loss_or_duplicates(
             cur.execute(f"INSERT INTO big VALUES ({i}, REPEAT('x', 12000))")
     end = current_offset(cdc_conn)
     r = reader("big")
-    blocks = r.read_blocks(start, end)
+    blocks = r.read_event_rows(start, end)
     got = [next(blocks)]  # the reader now holds decoded rows; the dump thread is blocked
     with admin.cursor() as cur:
         cur.execute("SELECT ID FROM information_schema.PROCESSLIST WHERE COMMAND = 'Binlog Dump'")
@@ -307,5 +307,5 @@ def test_set_and_enum_members_keep_their_case_like_a_select(
     with cdc_conn.cursor() as cur:
         cur.execute(f"SELECT id, s, e FROM `{database}`.cased ORDER BY id")
         selected = [dict(zip(("id", "s", "e"), row, strict=True)) for row in cur.fetchall()]
-    [block] = reader("cased").read_blocks(start, end)
+    [block] = reader("cased").read_event_rows(start, end)
     assert block.after is not None and block.after.to_pylist() == selected
