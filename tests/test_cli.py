@@ -19,9 +19,11 @@ import deltalake
 import pytest
 import yaml
 
+from binlog.mysql.connection import Endpoint
 from cdc.app.cli import job_main, main
 from cdc.app.config import config_reference
 from cdc.app.sandbox.mysql import Sandbox
+from cdc.model.errors import SourceUnreachable
 
 ROOT = Path(__file__).resolve().parent.parent
 PASSWORD_ENV = "TEST_CLI_PASSWORD"
@@ -150,3 +152,26 @@ def test_sigterm_stops_cleanly_and_spark_submit_resumes(tmp_path: Path, mysql_se
     assert sorted(mirror.column("id").to_pylist()) == [*range(5, 50), 100, 101]
     changelog = deltalake.DeltaTable(str(tmp_path / "lake" / database / "t_changelog")).to_pyarrow_table()
     assert changelog.column("op").to_pylist().count("r") == 50, "the resumed run did not snapshot again"
+
+
+def test_sandbox_command_serves_a_cdc_server_until_ctrl_c() -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "cdc", "sandbox", "mysql"], cwd=ROOT, env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout is not None
+        lines = [proc.stdout.readline() for _ in range(6)]
+        assert lines[-1].startswith("running"), lines
+        export = next(line for line in lines if "export MYSQL_HOST" in line)
+        values = dict(part.split("=", 1) for part in export.split()[1:])
+        endpoint = Endpoint(values["MYSQL_HOST"], int(values["MYSQL_PORT"]), "cdc",
+                            values["MYSQL_PASSWORD"].strip("'"))
+        with contextlib.closing(endpoint.connect()) as conn, conn.cursor() as cur:
+            cur.execute("SELECT @@binlog_format, @@binlog_row_image")
+            assert cur.fetchone() == ("ROW", "FULL")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
+        with pytest.raises(SourceUnreachable):
+            endpoint.connect()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()

@@ -5,6 +5,7 @@ Commands:
   validate          check a job file without running it; ``--check-connection`` also connects
                     and runs the start-up checks.
   demo              throwaway MariaDB with TPC-DS customer, the job, changes, a query on the lake.
+  sandbox           a throwaway server (``mysql``) on a free port until Ctrl-C, for trying it out.
   config-reference  print every config key with its default and meaning (Markdown).
   version           print versions of spark-cdc and the engines it uses.
 
@@ -22,7 +23,7 @@ from collections.abc import Sequence
 from cdc import __version__
 from cdc.model.errors import CdcError, ConfigError
 
-COMMANDS = ("run", "validate", "demo", "config-reference", "version")
+COMMANDS = ("run", "validate", "demo", "sandbox", "config-reference", "version")
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
 
 
@@ -102,6 +103,12 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(scale=args.scale)
 
 
+def _cmd_sandbox(args: argparse.Namespace) -> int:
+    from cdc.app.sandbox import run_sandbox
+
+    return run_sandbox(args.kind)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m cdc",
@@ -127,6 +134,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scale", type=float, default=0.1,
                    help="TPC-DS scale factor (0.1 = 10,000 customers, 1 = 100,000)")
     p.set_defaults(func=_cmd_demo)
+
+    from cdc.app.sandbox import SANDBOXES
+
+    p = sub.add_parser("sandbox", help="start a throwaway server (temp folder, free port) until Ctrl-C")
+    p.add_argument("kind", choices=sorted(SANDBOXES), help="which server")
+    p.set_defaults(func=_cmd_sandbox)
 
     p = sub.add_parser("config-reference", help="print every config key, its default and meaning")
     p.set_defaults(func=_cmd_config_reference)
