@@ -120,14 +120,6 @@ class SnapshotSplit:
         """``db.table:<split_id>``, the name used in logs, errors and the state directory."""
         return f"{self.table_id}:{self.split_id}"
 
-    @property
-    def is_first(self) -> bool:
-        return self.start is None
-
-    @property
-    def is_last(self) -> bool:
-        return self.end is None
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "table": str(self.table_id),

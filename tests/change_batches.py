@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -18,7 +19,8 @@ from deltalake import DeltaTable
 
 from binlog.mysql.types import mysql_column, mysql_table
 from cdc.model.schema import TableId, TableSchema
-from sinks.changes import change_schema
+from sinks.changes import change_schema, normalize
+from sinks.delta.engines import DeltaTables
 
 UTC = dt.timezone.utc
 
@@ -132,6 +134,25 @@ def frozen_rows(rows: list[dict[str, Any]]) -> Counter[Any]:
 
 def model_rows(model: dict[tuple[Any, ...], dict[str, Any]]) -> Counter[Any]:
     return frozen_rows(list(model.values()))
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """What :func:`write_batch` did: False where a table already held the batch."""
+
+    table: str
+    batch_id: int
+    mirror_written: bool
+    changelog_written: bool
+    events: int
+
+
+def write_batch(tables: DeltaTables, schema: TableSchema, changes: pa.Table, batch_id: int, *,
+                snapshot_append: bool = False) -> WriteResult:
+    """One batch of one table into the mirror, then the changelog (the engines' two writes)."""
+    mirror = tables.write_mirror(schema, changes, batch_id, snapshot_append=snapshot_append)
+    changelog = tables.write_changelog(schema, changes, batch_id)
+    return WriteResult(str(schema.table_id), batch_id, mirror, changelog, normalize(changes, schema).num_rows)
 
 
 def read_with_every_reader(uri: str) -> dict[str, list[dict[str, Any]]]:

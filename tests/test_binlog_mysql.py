@@ -12,6 +12,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
@@ -443,7 +444,7 @@ def test_missing_replication_privileges_name_the_grant(
         "CREATE USER IF NOT EXISTS 'noclient'@'%' IDENTIFIED BY 'pw'",
         "GRANT SELECT, REPLICATION SLAVE ON *.* TO 'noclient'@'%'")
     try:
-        noslave = cdc_endpoint.with_user("noslave", "pw")
+        noslave = replace(cdc_endpoint, user="noslave", password="pw")
         with contextlib.closing(noslave.connect()) as conn:
             with pytest.raises(MissingPrivilege,
                                match=r"GRANT REPLICATION SLAVE ON \*\.\* TO 'noslave'@'%'"):
@@ -455,7 +456,7 @@ def test_missing_replication_privileges_name_the_grant(
         # the server itself refuses the binlog dump when the up-front check is skipped
         with pytest.raises(MissingPrivilege, match="REPLICATION SLAVE"):
             list(reader("a", endpoint=noslave, check_server=False).read(start, end))
-        with contextlib.closing(cdc_endpoint.with_user("noclient", "pw").connect()) as conn:
+        with contextlib.closing(replace(cdc_endpoint, user="noclient", password="pw").connect()) as conn:
             with pytest.raises(MissingPrivilege,
                                match=r"GRANT REPLICATION CLIENT ON \*\.\* TO 'noclient'@'%'"):
                 check_server(conn)
@@ -473,7 +474,7 @@ def test_privileges_through_a_role_or_all_privileges_count(
         "GRANT SELECT ON *.* TO 'viarole'@'%'", "GRANT cdc_role TO 'viarole'@'%'",
         "SET DEFAULT ROLE cdc_role FOR 'viarole'@'%'")
     try:
-        with contextlib.closing(cdc_endpoint.with_user("viarole", "pw").connect()) as conn:
+        with contextlib.closing(replace(cdc_endpoint, user="viarole", password="pw").connect()) as conn:
             assert check_server(conn).flavor == "mariadb"
         with contextlib.closing(mysql_server.admin.connect()) as root:  # ALL PRIVILEGES
             check_server(root)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+from dataclasses import replace
 
 import pytest
 
@@ -19,7 +20,7 @@ def test_unreachable_host_names_the_options_to_check() -> None:
 
 
 def test_wrong_password_names_the_options_and_hides_the_password(mysql_server: Sandbox) -> None:
-    bad = mysql_server.cdc.with_user("cdc", "not-the-password")
+    bad = replace(mysql_server.cdc, user="cdc", password="not-the-password")
     with pytest.raises(AuthenticationFailed, match=r"source\.password") as info:
         bad.connect()
     assert "not-the-password" not in str(info.value)

@@ -19,6 +19,7 @@ from change_batches import (
     frozen_rows,
     model_rows,
     row,
+    write_batch,
 )
 
 import sinks.delta.engines
@@ -70,11 +71,11 @@ def test_rewrite_when_every_file_is_touched_else_merge(schema: TableSchema, tmp_
     new_key = (1000,) if schema is SINGLE_KEY else (1000, "x")
     spread = [event("u", old[keys[i]], row(schema, keys[i], c_str="new"), 1000 + i) for i in (5, 150, 290)]
     spread += [event("d", old[keys[7]], None, 1010), event("c", None, row(schema, new_key), 1011)]
-    sink.write_batch(schema, batch(schema, spread), 1)
+    write_batch(sink, schema, batch(schema, spread), 1)
     apply(model, schema, spread)
     assert rewrites == [True] and mirror(sink, schema) == model_rows(model)
     local = [event("u", old[keys[20]], row(schema, keys[20], c_str="only the first file"), 2000)]
-    sink.write_batch(schema, batch(schema, local), 2)
+    write_batch(sink, schema, batch(schema, local), 2)
     apply(model, schema, local)
     assert rewrites == [True, False] and mirror(sink, schema) == model_rows(model)
     history = deltalake.DeltaTable(sink.config.uri(schema.table_id, "mirror")).history()
@@ -93,7 +94,7 @@ def test_new_rows_are_written_in_key_order_in_bounded_files(tmp_path: Path, rewr
     changed = [keys[i] for i in (90, 3, 60, 1, 98)] + [(1,), (151,)]  # out of key order, two new keys
     changes = [event("u", row(schema, k, c_int=keys.index(k)), row(schema, k, c_str="new"), 100 + n)
                if k in keys else event("c", None, row(schema, k, c_str="new"), 100 + n) for n, k in enumerate(changed)]
-    sink.write_batch(schema, batch(schema, changes), 1)
+    write_batch(sink, schema, batch(schema, changes), 1)
     apply(model, schema, changes)
     assert rewrites == [True] and mirror(sink, schema) == model_rows(model)
     files = pa.table(deltalake.DeltaTable(sink.config.uri(schema.table_id, "mirror")).get_add_actions(flatten=True))

@@ -30,6 +30,7 @@ from change_batches import (
     frozen_rows,
     read_with_every_reader,
     row,
+    write_batch,
 )
 from deltalake import DeltaTable, QueryBuilder
 from pydantic import ValidationError
@@ -75,7 +76,7 @@ def snapshot_chunk(schema: TableSchema, ids: range, pos: int = 100) -> pa.Table:
 # ---------------------------------------------------------------- table metadata
 
 def test_tables_record_key_kind_and_safe_statistics_columns(config: DeltaSinkConfig) -> None:
-    DeltaTables(config, "q").write_batch(
+    write_batch(DeltaTables(config, "q"),
         COMPOSITE_KEY, batch(COMPOSITE_KEY, [event("c", None, row(COMPOSITE_KEY, (1, "a")), 1)]), 0
     )
     mirror = table(config, COMPOSITE_KEY, "mirror")
@@ -97,7 +98,7 @@ def test_tables_record_key_kind_and_safe_statistics_columns(config: DeltaSinkCon
 
 
 def test_time_columns_are_int64_microseconds_tagged_in_the_schema(config: DeltaSinkConfig) -> None:
-    DeltaTables(config, "q").write_batch(
+    write_batch(DeltaTables(config, "q"),
         SINGLE_KEY, batch(SINGLE_KEY, [event("c", None, row(SINGLE_KEY, (1,), **VALUES), 1)]), 0
     )
     field = next(f for f in table(config, SINGLE_KEY, "mirror").schema().fields
@@ -112,8 +113,8 @@ def test_names_that_need_quoting_work_as_keys(config: DeltaSinkConfig) -> None:
     schema = mysql_table(TableId("db", "odd"), (mysql_column("my key", "int", "int", False),
                                                 mysql_column("v.x", "int", "int", True)), ("my key",))
     sink = DeltaTables(config, "q")
-    sink.write_batch(schema, batch(schema, [event("c", None, {"my key": 1, "v.x": 1}, 1)]), 0)
-    sink.write_batch(schema, batch(schema, [
+    write_batch(sink, schema, batch(schema, [event("c", None, {"my key": 1, "v.x": 1}, 1)]), 0)
+    write_batch(sink, schema, batch(schema, [
         event("u", {"my key": 1, "v.x": 1}, {"my key": 1, "v.x": 2}, 2)]), 1)
     assert table(config, schema, "mirror").to_pyarrow_table().to_pylist() == [{"my key": 1, "v.x": 2}]
 
@@ -130,8 +131,8 @@ def test_readers_find_keys_whose_statistics_delta_rs_would_clamp(
     t = dt.datetime(2020, 1, 1, 0, 0, 0, 999)
     events = [event("r", None, row(s, (top, t)), 1), event("r", None, row(s, (Decimal(1), t)), 1)]
     sink = DeltaTables(config, "q")
-    sink.write_batch(s, batch(s, events), 0, snapshot_append=snapshot_append)
-    sink.write_batch(s, batch(s, [event("u", row(s, (top, t)), row(s, (top, t), c_int=9), 5)]), 1)
+    write_batch(sink, s, batch(s, events), 0, snapshot_append=snapshot_append)
+    write_batch(sink, s, batch(s, [event("u", row(s, (top, t)), row(s, (top, t), c_int=9), 5)]), 1)
     uri = config.uri(s.table_id, "mirror")
     assert pl.scan_delta(uri).filter(pl.col("u") == top).collect()["c_int"].to_list() == [9]
     found = DeltaTable(uri).to_pyarrow_dataset().to_table(
@@ -143,11 +144,11 @@ def test_readers_find_keys_whose_statistics_delta_rs_would_clamp(
 
 def test_snapshot_append_appends_and_merge_merges(config: DeltaSinkConfig) -> None:
     sink = DeltaTables(config, "q")
-    sink.write_batch(SINGLE_KEY, snapshot_chunk(SINGLE_KEY, range(3)), 0, snapshot_append=True)
-    sink.write_batch(SINGLE_KEY, snapshot_chunk(SINGLE_KEY, range(3, 6)), 1)
+    write_batch(sink, SINGLE_KEY, snapshot_chunk(SINGLE_KEY, range(3)), 0, snapshot_append=True)
+    write_batch(sink, SINGLE_KEY, snapshot_chunk(SINGLE_KEY, range(3, 6)), 1)
     mixed = batch(SINGLE_KEY, [event("r", None, row(SINGLE_KEY, (7,)), 5),
                                event("c", None, row(SINGLE_KEY, (8,)), 6)])
-    sink.write_batch(SINGLE_KEY, mixed, 2, snapshot_append=True)  # not all r: merged
+    write_batch(sink, SINGLE_KEY, mixed, 2, snapshot_append=True)  # not all r: merged
     operations = [h["operation"] for h in table(config, SINGLE_KEY, "mirror").history()]
     assert operations == ["MERGE", "MERGE", "WRITE", "CREATE TABLE"]
     assert table(config, SINGLE_KEY, "mirror").count() == 8
@@ -171,7 +172,7 @@ def _parquet_files(config: DeltaSinkConfig, schema: TableSchema, kind: TableKind
 def test_staged_files_stay_invisible_until_one_commit_per_table(config: DeltaSinkConfig) -> None:
     s = SINGLE_KEY
     sink = DeltaTables(config, "q")
-    sink.write_batch(s, batch(s, [event("c", None, row(s, (1000,)), 1)]), 0)
+    write_batch(sink, s, batch(s, [event("c", None, row(s, (1000,)), 1)]), 0)
     before = {k: table(config, s, k).version() for k in ("mirror", "changelog")}
 
     crashed = _staged_chunks(config, s)  # the driver dies before committing these
@@ -202,7 +203,7 @@ def test_staged_files_stay_invisible_until_one_commit_per_table(config: DeltaSin
 def test_snapshot_files_and_batch_writes_share_a_batch_id(config: DeltaSinkConfig) -> None:
     s = SINGLE_KEY
     commit_snapshot_files(config, s, _staged_chunks(config, s), "q", 4)
-    DeltaTables(config, "q").write_batch(s, batch(s, [event("c", None, row(s, (500,)), 9)]), 4)
+    write_batch(DeltaTables(config, "q"), s, batch(s, [event("c", None, row(s, (500,)), 9)]), 4)
     assert table(config, s, "mirror").count() == 121
 
 
@@ -221,7 +222,7 @@ def test_staged_file_statistics_are_true_bounds(config: DeltaSinkConfig) -> None
     high = row(s, (2,), **VALUES)
     chunk = batch(s, [event("r", None, r, 7) for r in (low, high, row(s, (3,)))])
     commit_snapshot_files(config, s, write_snapshot_files(config, s, chunk), "q", 0)
-    DeltaTables(config, "q").write_batch(  # the same rows through delta-rs's writer, for reference
+    write_batch(DeltaTables(config, "q"),   # the same rows through delta-rs's writer, for reference
         mysql_table(TableId("shop", "ref"), s.columns, s.primary_key), chunk, 0,
         snapshot_append=True)
     ours = json.loads(_stats(config, s.table_id))
@@ -270,15 +271,15 @@ def test_bulk_path_refuses_non_snapshot_rows_and_other_tables(config: DeltaSinkC
 
 def test_a_changed_schema_or_key_is_refused_with_the_fix(config: DeltaSinkConfig) -> None:
     s = SINGLE_KEY
-    DeltaTables(config, "q").write_batch(s, batch(s, [event("c", None, row(s, (1,)), 1)]), 0)
+    write_batch(DeltaTables(config, "q"), s, batch(s, [event("c", None, row(s, (1,)), 1)]), 0)
     wider = mysql_table(s.table_id, (*s.columns, mysql_column("extra", "int", "int", True)), ("id",))
     with pytest.raises(SinkSchemaMismatch, match="does not evolve schemas") as info:
-        DeltaTables(config, "q").write_batch(wider, batch(wider, [
+        write_batch(DeltaTables(config, "q"), wider, batch(wider, [
             event("c", None, row(wider, (2,)), 2)]), 1)
     assert pickle.loads(pickle.dumps(info.value)).context["table"] == "shop.items"
     rekeyed = mysql_table(s.table_id, s.columns, ("id", "c_int"))
     with pytest.raises(SinkSchemaMismatch, match="keyed on"):
-        DeltaTables(config, "q").write_batch(rekeyed, batch(rekeyed, [
+        write_batch(DeltaTables(config, "q"), rekeyed, batch(rekeyed, [
             event("c", None, row(rekeyed, (2, 3)), 2)]), 1)
 
 
@@ -292,19 +293,19 @@ def test_invalid_batches_are_refused(
 ) -> None:
     full = [{**event("c", None, None, 1), **e} for e in events]
     with pytest.raises(InvalidChangeBatch, match=message):
-        DeltaTables(config, "q").write_batch(SINGLE_KEY, batch(SINGLE_KEY, full), 0)
+        write_batch(DeltaTables(config, "q"), SINGLE_KEY, batch(SINGLE_KEY, full), 0)
 
 
 def test_batches_with_wrong_columns_are_refused(config: DeltaSinkConfig) -> None:
     changes = batch(SINGLE_KEY, [event("c", None, row(SINGLE_KEY, (1,)), 1)])
     with pytest.raises(InvalidChangeBatch, match="lacks columns"):
-        DeltaTables(config, "q").write_batch(SINGLE_KEY, changes.drop_columns(["source"]), 0)
+        write_batch(DeltaTables(config, "q"), SINGLE_KEY, changes.drop_columns(["source"]), 0)
     with pytest.raises(InvalidChangeBatch, match="does not match"):
-        DeltaTables(config, "q").write_batch(COMPOSITE_KEY, changes, 0)
+        write_batch(DeltaTables(config, "q"), COMPOSITE_KEY, changes, 0)
     reserved = mysql_table(TableId("db", "r"), (mysql_column(DELETE_FLAG, "int", "int", False),),
                            (DELETE_FLAG,))
     with pytest.raises(InvalidChangeBatch, match="reserved"):
-        DeltaTables(config, "q").write_batch(reserved, batch(reserved, []), 0)
+        write_batch(DeltaTables(config, "q"), reserved, batch(reserved, []), 0)
 
 
 # ---------------------------------------------------------------- the reduction

@@ -38,6 +38,7 @@ from change_batches import (
     model_rows,
     read_with_every_reader,
     row,
+    write_batch,
 )
 from deltalake import DeltaTable
 from hypothesis import HealthCheck, given, settings
@@ -216,7 +217,7 @@ def test_random_batches_match_model(make_sink: SinkFactory, schema: TableSchema,
                                                         snapshot_append=append)
             elif crash == "after-changelog":
                 make_sink(root, "query-1").write_changelog(schema, changes, batch_id)
-            result = sink.write_batch(schema, changes, batch_id, snapshot_append=append)
+            result = write_batch(sink, schema, changes, batch_id, snapshot_append=append)
             if events:
                 assert result.mirror_written == (crash != "after-mirror")
                 assert result.changelog_written == (crash != "after-changelog")
@@ -239,7 +240,7 @@ def _replay(data: st.DataObject, make_sink: SinkFactory, root: str, schema: Tabl
     batch_id = len(batches) - 1 if which == "last" else data.draw(
         st.integers(0, len(batches) - 1), label="older_id")
     before = versions(root, schema)
-    result = make_sink(root, "query-1").write_batch(schema, batches[batch_id], batch_id)
+    result = write_batch(make_sink(root, "query-1"), schema, batches[batch_id], batch_id)
     assert (result.mirror_written, result.changelog_written) == (False, False)
     assert versions(root, schema) == before
 
@@ -252,7 +253,7 @@ def test_primary_key_update_and_delete_reinsert_in_one_batch(
     s = COMPOSITE_KEY
     a, b, c = row(s, (0, "a"), c_int=1), row(s, (0, "b"), c_int=2), row(s, (2**40, "a"), c_int=3)
     sink = make_sink(root, "q")
-    sink.write_batch(s, batch(s, [event("r", None, a, 1), event("r", None, b, 1)]), 0,
+    write_batch(sink, s, batch(s, [event("r", None, a, 1), event("r", None, b, 1)]), 0,
                      snapshot_append=True)
     moved = row(s, (-1, "é"), c_int=1)
     b2 = row(s, (0, "b"), c_int=20)
@@ -263,7 +264,7 @@ def test_primary_key_update_and_delete_reinsert_in_one_batch(
         event("c", None, c, 13),
         event("u", c, row(s, (0, "a"), c_int=4), 14),  # a new row takes the freed old key
     ]
-    sink.write_batch(s, batch(s, events), 1)
+    write_batch(sink, s, batch(s, events), 1)
     mirror = {key_of(s, r): r["c_int"] for r in read(root, s, "mirror")}
     assert mirror == {(-1, "é"): 1, (0, "b"): 20, (0, "a"): 4}
     assert len(read(root, s, "changelog")) == 7
@@ -272,8 +273,8 @@ def test_primary_key_update_and_delete_reinsert_in_one_batch(
 def test_merge_applies_snapshot_rows_over_existing_keys(make_sink: SinkFactory, root: str) -> None:
     s = SINGLE_KEY
     sink = make_sink(root, "q")
-    sink.write_batch(s, batch(s, [event("c", None, row(s, (1,), c_str="old"), 5)]), 0)
-    sink.write_batch(s, batch(s, [event("r", None, row(s, (1,), c_str="new"), 9),
+    write_batch(sink, s, batch(s, [event("c", None, row(s, (1,), c_str="old"), 5)]), 0)
+    write_batch(sink, s, batch(s, [event("r", None, row(s, (1,), c_str="new"), 9),
                                   event("r", None, row(s, (2,), c_str="two"), 9)]), 1)
     assert sorted((r["id"], r["c_str"]) for r in read(root, s, "mirror")) == [(1, "new"), (2, "two")]
 
@@ -283,17 +284,17 @@ def test_a_batch_that_cancels_out_is_still_recorded(make_sink: SinkFactory, root
     yet a replay must still be recognised."""
     s = SINGLE_KEY
     changes = batch(s, [event("c", None, row(s, (1,)), 1), event("d", row(s, (1,)), None, 2)])
-    first = make_sink(root, "q").write_batch(s, changes, 0)
+    first = write_batch(make_sink(root, "q"), s, changes, 0)
     assert (first.mirror_written, first.changelog_written) == (True, True)
     before = versions(root, s)
-    again = make_sink(root, "q").write_batch(s, changes, 0)
+    again = write_batch(make_sink(root, "q"), s, changes, 0)
     assert (again.mirror_written, again.changelog_written) == (False, False)
     assert versions(root, s) == before
     assert read(root, s, "mirror") == [] and len(read(root, s, "changelog")) == 2
 
 
 def test_empty_batch_writes_nothing(make_sink: SinkFactory, root: str) -> None:
-    result = make_sink(root, "q").write_batch(SINGLE_KEY, batch(SINGLE_KEY, []), 0)
+    result = write_batch(make_sink(root, "q"), SINGLE_KEY, batch(SINGLE_KEY, []), 0)
     assert (result.mirror_written, result.changelog_written, result.events) == (False, False, 0)
     assert versions(root, SINGLE_KEY) == (None, None)
 
@@ -301,8 +302,8 @@ def test_empty_batch_writes_nothing(make_sink: SinkFactory, root: str) -> None:
 def test_batches_of_another_query_id_are_not_skipped(make_sink: SinkFactory, root: str) -> None:
     s = SINGLE_KEY
     changes = batch(s, [event("c", None, row(s, (1,)), 5)])
-    make_sink(root, "first-checkpoint").write_batch(s, changes, 7)
-    result = make_sink(root, "second-checkpoint").write_batch(s, changes, 0)
+    write_batch(make_sink(root, "first-checkpoint"), s, changes, 7)
+    result = write_batch(make_sink(root, "second-checkpoint"), s, changes, 0)
     assert result.changelog_written
     assert len(read(root, s, "changelog")) == 2
 
@@ -332,8 +333,8 @@ def test_tables_read_the_same_with_delta_rs_duckdb_and_polars(
     s = SINGLE_KEY
     sink = make_sink(root, "q")
     rows = [row(s, (1,), **EXTREMES), row(s, (2,), **ORDINARY), row(s, (3,))]
-    sink.write_batch(s, batch(s, [event("r", None, r, 1) for r in rows]), 0, snapshot_append=True)
-    sink.write_batch(s, batch(s, [
+    write_batch(sink, s, batch(s, [event("r", None, r, 1) for r in rows]), 0, snapshot_append=True)
+    write_batch(sink, s, batch(s, [
         event("u", rows[1], row(s, (2,), **{**ORDINARY, "c_str": "changed", "c_time": None}), 10),
         event("c", None, row(s, (4,), **ORDINARY), 11),
         event("d", rows[2], None, 12),

@@ -12,6 +12,7 @@ import contextlib
 import datetime as dt
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
@@ -341,7 +342,7 @@ def test_wrong_password_raises_authentication_failed(backend: BackendName, types
                                                      cdc_endpoint: Endpoint) -> None:
     if backend not in available_backends():
         pytest.skip(f"{backend} not installed")
-    wrong = cdc_endpoint.with_user(cdc_endpoint.user, "not-the-password")
+    wrong = replace(cdc_endpoint, user=cdc_endpoint.user, password="not-the-password")
     with pytest.raises(AuthenticationFailed) as info:
         list(fetch_arrow(wrong, types_schema, backend=backend))
     assert "not-the-password" not in str(info.value)
@@ -361,7 +362,7 @@ def odd_password_user(admin: pymysql.connections.Connection, database: str,
             cur.execute("CREATE USER %s@%s IDENTIFIED BY %s", (user, host, password))
             cur.execute(f"GRANT SELECT ON `{database}`.* TO %s@%s", (user, host))
     try:
-        yield cdc_endpoint.with_user(user, password)
+        yield replace(cdc_endpoint, user=user, password=password)
     finally:
         with admin.cursor() as cur:
             for host in hosts:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ssl
 import threading
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import pymysql
@@ -58,9 +58,6 @@ class Endpoint:
     user: str
     password: str = field(repr=False)
     connect_timeout: float = 10.0
-
-    def with_user(self, user: str, password: str) -> Endpoint:
-        return replace(self, user=user, password=password)
 
     @property
     def address(self) -> str:

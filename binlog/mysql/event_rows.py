@@ -60,10 +60,6 @@ class EventRows:
         image = self.after if self.after is not None else self.before
         return 0 if image is None else image.num_rows
 
-    def last_position(self) -> ChangePosition:
-        """The position of the event's last change."""
-        return ChangePosition(self.file, self.pos, self.first_row + self.num_rows - 1)
-
     def to_events(self) -> list[ChangeEvent]:
         """The EventRows as one ChangeEvent per row (per-row Python: for tests and slow paths)."""
         befores = self.before.to_pylist() if self.before is not None else None

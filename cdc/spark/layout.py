@@ -90,27 +90,9 @@ class StreamLayout:
                     else pa.nulls(n, target.field(i).type) for i in range(target.num_fields)]
         return pa.StructArray.from_arrays(children, fields=list(target), mask=pc.is_null(image))
 
-    def from_stream(self, table_id: TableId, rows: pa.Table) -> pa.Table:
-        """The rows of one table, back in the ``cdc.model.envelope`` layout of that table."""
-        schema = self.schemas[table_id]
-        mine = pc.and_(pc.equal(pc.struct_field(rows["source"], "db"), table_id.db),
-                       pc.equal(pc.struct_field(rows["source"], "table"), table_id.table))
-        rows = rows.filter(mine).select(["op", "before", "after", "source", "ts_ms"])
-        if self.multi:
-            rows = pa.Table.from_arrays(
-                [rows["op"], pc.struct_field(rows["before"], str(table_id)),
-                 pc.struct_field(rows["after"], str(table_id)), rows["source"], rows["ts_ms"]],
-                names=list(rows.schema.names),
-            )
-        return _cast_back(rows, envelope_schema(schema))
-
 
 def _spark_compatible(schema: pa.Schema) -> pa.Schema:
     """The Arrow schema Spark produces for the Spark form of ``schema`` (what read() must yield)."""
     from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
     return to_arrow_schema(from_arrow_schema(schema), timezone="UTC")
-
-
-def _cast_back(rows: pa.Table, target: pa.Schema) -> pa.Table:
-    return rows.cast(target)

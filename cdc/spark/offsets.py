@@ -98,7 +98,3 @@ class SourceOffset:
                    tables={t: TableProgress.from_dict(p) for t, p in d["tables"].items()},
                    stage={t: list(r) for t, r in d.get("stage", {}).items()},
                    emit={t: list(r) for t, r in d.get("emit", {}).items()})
-
-    @property
-    def snapshot_done(self) -> bool:
-        return all(p.state == "stream" for p in self.tables.values()) and not self.stage and not self.emit

@@ -23,7 +23,6 @@ Bulk snapshot rows can skip the driver altogether: see :mod:`sinks.delta.files`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -69,25 +68,6 @@ class TableWriter(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class WriteResult:
-    """What one ``write_batch`` call did for one source table.
-
-    Attributes:
-        table: the source table, ``db.table``.
-        batch_id: the micro-batch id.
-        mirror_written: False when the mirror already held this batch (a replay).
-        changelog_written: False when the changelog already held this batch.
-        events: number of change rows in the batch.
-    """
-
-    table: str
-    batch_id: int
-    mirror_written: bool
-    changelog_written: bool
-    events: int
-
-
 class DeltaTables:
     """Every mirror and changelog of one job, written on the driver, idempotent per batch.
 
@@ -109,27 +89,6 @@ class DeltaTables:
         self.query_id = query_id
         self.app_id = app_id(query_id, "batch")
         self.engine_name, self._writer = _select_engine(config, spark)
-
-    def write_batch(
-        self, schema: TableSchema, changes: pa.Table, batch_id: int, *, snapshot_append: bool = False
-    ) -> WriteResult:
-        """Apply one micro-batch of one table: the mirror first, then the changelog.
-
-        Args:
-            schema: the source table's columns and primary key.
-            changes: the change rows in stream order (see :mod:`sinks.changes`).
-            batch_id: Spark's micro-batch id.
-            snapshot_append: append an all-``r`` batch to the mirror instead of merging it; only
-                for snapshot rows whose keys the mirror does not hold yet.
-
-        Raises:
-            InvalidChangeBatch: ``changes`` breaks the change-batch contract.
-            SinkSchemaMismatch: an existing table no longer fits ``schema``.
-        """
-        batch = normalize(changes, schema)
-        mirror = self._writer.write_mirror(schema, batch, self.app_id, batch_id, snapshot_append)
-        changelog = self._writer.write_changelog(schema, batch, self.app_id, batch_id)
-        return WriteResult(str(schema.table_id), batch_id, mirror, changelog, batch.num_rows)
 
     def write_mirror(
         self, schema: TableSchema, changes: pa.Table, batch_id: int, *, snapshot_append: bool = False
