@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Install what spark-cdc needs on a Debian/Ubuntu machine, skipping what is already there:
-#   Debian packages: mariadb-server, mariadb-client (the test/demo server), a Java 17 runtime
-#                    (Spark), libmariadb-java (only with --bench: the Spark JDBC baseline);
-#   Python:          a virtualenv in $VENV (default .venv) with the project and its extras.
+#   Debian packages: mariadb-server, mariadb-client (the test/demo server), a Java 17 JDK and
+#                    Maven (Spark, the Kafka broker, resolving the jars);
+#   Python:          a virtualenv in $VENV (default .venv) with the project and its extras;
+#   JVM jars:        scripts/jars.sh resolves jvm/*/pom.xml from Maven Central into jars/, once.
 # Usage: scripts/setup.sh [--bench]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,10 +19,9 @@ have() { command -v "$1" >/dev/null 2>&1 || [[ -x "/usr/sbin/$1" ]]; }
 packages=()
 have mariadbd || packages+=(mariadb-server)
 have mariadb || packages+=(mariadb-client)
-have java || packages+=(openjdk-17-jre-headless)
-if (( want_bench )) && [[ ! -e /usr/share/java/mariadb-java-client.jar ]]; then
-  packages+=(libmariadb-java)
-fi
+have java || packages+=(openjdk-17-jdk-headless)
+have mvn || packages+=(maven)
+compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || packages+=(postgresql)  # Postgres sandbox (tests)
 
 if (( ${#packages[@]} )); then
   echo "setup: installing Debian packages: ${packages[*]}"
@@ -43,4 +43,5 @@ fi
 "$VENV/bin/python" -m pip install -q --upgrade pip
 echo "setup: installing spark-cdc[$EXTRAS] into $VENV"
 "$VENV/bin/python" -m pip install -q -e ".[$EXTRAS]"
+scripts/jars.sh "$VENV/bin/python"
 echo "setup: done ($("$VENV/bin/python" -c 'import pyspark; print("pyspark", pyspark.__version__)'), $(java -version 2>&1 | head -1))"

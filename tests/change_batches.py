@@ -7,6 +7,8 @@ remove the before image's key and ``c``/``u``/``r`` put the after image, event b
 from __future__ import annotations
 
 import datetime as dt
+import glob
+import os
 from collections import Counter
 from dataclasses import dataclass
 from decimal import Decimal
@@ -15,12 +17,12 @@ from typing import Any
 import duckdb
 import polars as pl
 import pyarrow as pa
-from deltalake import DeltaTable
 
 from binlog.mysql.types import mysql_column, mysql_table
 from cdc.model.schema import TableId, TableSchema
 from sinks.changes import change_schema, normalize
 from sinks.delta.engines import DeltaTables
+from sinks.delta.tables import read_table
 
 UTC = dt.timezone.utc
 
@@ -155,16 +157,25 @@ def write_batch(tables: DeltaTables, schema: TableSchema, changes: pa.Table, bat
     return WriteResult(str(schema.table_id), batch_id, mirror, changelog, normalize(changes, schema).num_rows)
 
 
-def read_with_every_reader(uri: str) -> dict[str, list[dict[str, Any]]]:
-    """The Delta table at ``uri`` as rows, read by delta-rs, DuckDB and Polars."""
-    table = DeltaTable(uri)
-    # DuckDB's delta extension cannot be downloaded here: read the table's live files (delta-rs
-    # writes no deletion vectors, so the live files are the table).
-    relation = duckdb.sql("SELECT * FROM read_parquet($files)",
-                          params={"files": table.file_uris()})
-    assert relation is not None
-    return {
-        "delta-rs": table.to_pyarrow_table().to_pylist(),
-        "duckdb": relation.to_arrow_table().to_pylist(),
+def duckdb_delta() -> Any:
+    """A DuckDB connection with the delta extension loaded from its PyPI package (offline)."""
+    import duckdb_extension_delta
+
+    folder = os.path.join(os.path.dirname(duckdb_extension_delta.__file__), "extensions")
+    (path,) = glob.glob(os.path.join(folder, "*", "delta.duckdb_extension"))
+    con = duckdb.connect()
+    con.execute(f"LOAD '{path}'")
+    return con
+
+
+def read_with_every_reader(uri: str, spark: Any | None = None) -> dict[str, list[dict[str, Any]]]:
+    """The Delta table at ``uri`` as rows, read by delta-rs, DuckDB's delta extension, Polars and
+    (given a session) Spark; each applies deletion vectors where the table has them."""
+    seen = {
+        "delta-rs": read_table(uri).to_pylist(),
+        "duckdb": duckdb_delta().sql(f"SELECT * FROM delta_scan('{uri}')").to_arrow_table().to_pylist(),
         "polars": pl.read_delta(uri).to_dicts(),
     }
+    if spark is not None:
+        seen["spark"] = spark.read.format("delta").load(uri).toArrow().to_pylist()
+    return seen

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import deltalake
 import pyarrow as pa
 import pymysql
 from faults import FileFaults
@@ -37,6 +36,7 @@ from cdc.model.positions import max_offset
 from cdc.model.schema import TableId, TableSchema
 from cdc.spark.commit import BatchRecord
 from cdc.spark.source import table_schemas
+from sinks.delta.tables import read_table
 
 REFERENCE_SERVER_ID = 6300
 
@@ -63,13 +63,15 @@ class Pipeline:
         self.state_dir = self.workdir / "checkpoint_state"  # next to the checkpoint, not inside
         self.faults = FileFaults(self.workdir / "faults")
         self.async_mirror = True
+        self.engine = "delta-rs"  # the Delta engine (the job's default; test_pipeline runs both)
 
     def raw_config(self) -> dict[str, Any]:
         c = self.box.cdc
         source = {"type": "mysql", "hostname": c.host, "port": c.port, "username": c.user,
                   "password": c.password, "tables": [f"{self.database}\\..*"], "chunk_size": 100,
                   "chunks_per_batch": 4, "server_id": "5400-5403", **self.source}
-        sink = self.sinks or {"type": "delta", "path": str(self.lake), "async_mirror": self.async_mirror}
+        sink = self.sinks or {"type": "delta", "path": str(self.lake), "async_mirror": self.async_mirror,
+                              "engine": self.engine}
         return {"source": source, "sink": sink, "checkpoint": str(self.checkpoint),
                 "state_dir": str(self.state_dir), "parallelism": 2, **self.job}
 
@@ -93,10 +95,10 @@ class Pipeline:
         return table_schemas(create_dialect(self.config().source))
 
     def mirror(self, table: str) -> pa.Table:
-        return deltalake.DeltaTable(str(self.lake / self.database / table)).to_pyarrow_table()
+        return read_table(str(self.lake / self.database / table))
 
     def changelog(self, table: str) -> pa.Table:
-        return deltalake.DeltaTable(str(self.lake / self.database / f"{table}_changelog")).to_pyarrow_table()
+        return read_table(str(self.lake / self.database / f"{table}_changelog"))
 
     def source_rows(self, table: str) -> list[dict[str, Any]]:
         with contextlib.closing(self.box.cdc.connect(self.database)) as conn, \
@@ -173,9 +175,10 @@ def assert_changelog_exact(p: Pipeline, table: str, schema: TableSchema) -> None
 class RandomWriter:
     """Random inserts, updates, deletes and key updates on integer-keyed tables until stopped."""
 
-    def __init__(self, box: Sandbox, database: str, table: str, seed: int, key_space: int = 3000) -> None:
+    def __init__(self, box: Sandbox, database: str, table: str, seed: int, key_space: int = 3000,
+                 pause_s: float = 0.0) -> None:
         self.conn = box.admin.connect(database)
-        self.table, self.key_space = table, key_space
+        self.table, self.key_space, self.pause_s = table, key_space, pause_s
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
         self.stop_event = threading.Event()
@@ -195,6 +198,8 @@ class RandomWriter:
             while not self.stop_event.is_set():
                 with self.lock:
                     self.one()
+                if self.pause_s:
+                    self.stop_event.wait(self.pause_s)
 
     def one(self) -> None:
         r, t, k = self.rng, self.table, self.rng.randrange(0, self.key_space)

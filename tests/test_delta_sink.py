@@ -9,7 +9,6 @@ import os
 import pickle
 import subprocess
 import sys
-from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -48,7 +47,6 @@ from sinks.delta.files import (
     file_stats,
     write_snapshot_files,
 )
-from sinks.delta.spark_engine import DELTA_CLASS, jvm_has_class
 from sinks.delta.tables import TableKind, stats_columns
 
 VALUES = {
@@ -341,33 +339,36 @@ def test_config_validates_and_hides_storage_options() -> None:
         DeltaTables(DeltaSinkConfig(path="/x"), "")
 
 
-@pytest.fixture(scope="module")
-def spark_without_delta() -> Iterator[Any]:
-    from pyspark.sql import SparkSession
+_WITHOUT_DELTA = """
+import sys
+from pyspark.sql import SparkSession
+from cdc.model.errors import ConfigError
+from sinks.delta.config import DeltaSinkConfig
+from sinks.delta.engines import DeltaTables
+from sinks.delta.spark_engine import DELTA_CLASS, jvm_has_class
 
-    existing = SparkSession.getActiveSession()
-    spark = existing or (SparkSession.builder.master("local[1]")
-                         .config("spark.ui.enabled", "false")
-                         .config("spark.sql.shuffle.partitions", "1").getOrCreate())
-    try:
-        yield spark
-    finally:
-        if existing is None:  # stop only the session this fixture started
-            spark.stop()
+spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate())
+auto = DeltaSinkConfig(path=sys.argv[1], engine="auto")
+assert DeltaTables(auto, "q", spark=spark).engine_name == "delta-rs"
+assert DeltaTables(auto, "q").engine_name == "delta-rs"  # the active session, same answer
+try:
+    DeltaTables(auto.model_copy(update={"engine": "delta-spark"}), "q", spark=spark)
+    raise SystemExit("delta-spark was accepted without its classes")
+except ConfigError as exc:
+    assert exc.context["key"] == "sink.engine", exc.context
+    assert "delta-spark" in str(exc)
+assert not jvm_has_class(spark, DELTA_CLASS)
+assert jvm_has_class(spark, "org.apache.spark.sql.SparkSession")
+print("ok")
+"""
 
 
-def test_engine_auto_falls_back_to_delta_rs_without_delta_classes(
-    config: DeltaSinkConfig, spark_without_delta: Any
-) -> None:
-    auto = config.model_copy(update={"engine": "auto"})
-    assert DeltaTables(auto, "q", spark=spark_without_delta).engine_name == "delta-rs"
-    assert DeltaTables(auto, "q").engine_name == "delta-rs"  # the active session, same answer
-    spark_only = config.model_copy(update={"engine": "delta-spark"})
-    with pytest.raises(ConfigError, match="delta-spark") as info:
-        DeltaTables(spark_only, "q", spark=spark_without_delta)
-    assert info.value.context["key"] == "sink.engine"
-    assert not jvm_has_class(spark_without_delta, DELTA_CLASS)
-    assert jvm_has_class(spark_without_delta, "org.apache.spark.sql.SparkSession")
+def test_engine_auto_falls_back_to_delta_rs_without_delta_classes(tmp_path: Path) -> None:
+    # A JVM started without the project's jars keeps that classpath for the rest of its process,
+    # so this session lives in a process of its own.
+    done = subprocess.run([sys.executable, "-c", _WITHOUT_DELTA, str(tmp_path)], capture_output=True,
+                          text=True, timeout=300, cwd=Path(__file__).parents[1])
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
 
 
 def test_long_string_statistics_are_true_bounds() -> None:

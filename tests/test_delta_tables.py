@@ -13,9 +13,6 @@ the classpath). No database needed. The Sink contract itself is tests/test_sink_
 from __future__ import annotations
 
 import datetime as dt
-import glob
-import importlib.util
-import os
 import tempfile
 from collections.abc import Callable, Iterator
 from decimal import Decimal
@@ -47,20 +44,9 @@ from hypothesis import strategies as st
 from cdc.model.schema import TableSchema
 from sinks.delta.config import DeltaSinkConfig
 from sinks.delta.engines import DeltaTables
-from sinks.delta.tables import TableKind
+from sinks.delta.tables import TableKind, read_table
 
 SinkFactory = Callable[[str, str], Any]
-
-
-def _delta_spark_jars() -> list[str]:
-    """delta-spark jars Spark would load: in pyspark's jars dir or $SPARK_HOME/jars."""
-    import pyspark
-
-    dirs = [os.path.join(os.path.dirname(pyspark.__file__), "jars")]
-    if os.environ.get("SPARK_HOME"):
-        dirs.append(os.path.join(os.environ["SPARK_HOME"], "jars"))
-    jars = [j for d in dirs for j in glob.glob(os.path.join(d, "delta-spark*.jar"))]
-    return jars if importlib.util.find_spec("delta") else []
 
 
 def _delta_rs(root: str, query_id: str) -> DeltaTables:
@@ -68,23 +54,15 @@ def _delta_rs(root: str, query_id: str) -> DeltaTables:
 
 
 def _delta_spark(root: str, query_id: str) -> DeltaTables:
-    from pyspark.sql import SparkSession
+    from cdc.spark.session import local_session
 
-    spark = (
-        SparkSession.builder.master("local[1]")
-        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
-        .config("spark.sql.catalog.spark_catalog",
-                "org.apache.spark.sql.delta.catalog.DeltaCatalog")
-        .config("spark.ui.enabled", "false")
-        .getOrCreate()
-    )
+    spark = local_session("spark-cdc-tests", parallelism=2)  # the session of the test run
     return DeltaTables(DeltaSinkConfig(path=root, engine="delta-spark"), query_id, spark=spark)
 
 
 SINKS = [
     pytest.param(_delta_rs, id="delta-rs"),
-    pytest.param(_delta_spark, id="delta-spark", marks=pytest.mark.skipif(
-        not _delta_spark_jars(), reason="delta-spark jars not on the classpath (no Maven access)")),
+    pytest.param(_delta_spark, id="delta-spark"),
 ]
 
 
@@ -106,7 +84,7 @@ KINDS: tuple[TableKind, ...] = ("mirror", "changelog")
 
 def read(root: str, schema: TableSchema, kind: TableKind) -> list[dict[str, Any]]:
     uri = DeltaSinkConfig(path=root).uri(schema.table_id, kind)
-    rows: list[dict[str, Any]] = DeltaTable(uri).to_pyarrow_table().to_pylist()
+    rows: list[dict[str, Any]] = read_table(uri).to_pylist()
     return rows
 
 
@@ -198,8 +176,21 @@ def _draw_events(data: st.DataObject, schema: TableSchema,
 @settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data())
-def test_random_batches_match_model(make_sink: SinkFactory, schema: TableSchema,
-                                    data: st.DataObject) -> None:
+def test_random_batches_match_model_delta_rs(schema: TableSchema, data: st.DataObject) -> None:
+    random_batches_match_model(_delta_rs, schema, data)
+
+
+# delta-spark runs each MERGE as a Spark job (about a second here): fewer examples keep it short.
+@pytest.mark.parametrize("schema", [SINGLE_KEY, COMPOSITE_KEY, WIDE_KEY],
+                         ids=["single-key", "composite-key", "wide-key"])
+@settings(max_examples=6, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=st.data())
+def test_random_batches_match_model_delta_spark(schema: TableSchema, data: st.DataObject) -> None:
+    random_batches_match_model(_delta_spark, schema, data)
+
+
+def random_batches_match_model(make_sink: SinkFactory, schema: TableSchema, data: st.DataObject) -> None:
     with tempfile.TemporaryDirectory(prefix="sink-model-") as root:
         sink = make_sink(root, "query-1")
         model: dict[tuple[Any, ...], dict[str, Any]] = {}
@@ -327,7 +318,7 @@ ORDINARY = {
 }
 
 
-def test_tables_read_the_same_with_delta_rs_duckdb_and_polars(
+def test_tables_read_the_same_with_delta_rs_duckdb_polars_and_spark(
     make_sink: SinkFactory, root: str
 ) -> None:
     s = SINGLE_KEY
@@ -340,8 +331,14 @@ def test_tables_read_the_same_with_delta_rs_duckdb_and_polars(
         event("d", rows[2], None, 12),
     ]), 1)
     config = DeltaSinkConfig(path=root)
+    if sink.engine_name == "delta-spark":  # the readers below must apply deletion vectors
+        features = DeltaTable(config.uri(s.table_id, "mirror")).protocol().reader_features or []
+        assert "deletionVectors" in features
+    from cdc.spark.session import local_session
+
+    spark = local_session("spark-cdc-tests", parallelism=2)  # the test run's session
     for kind in KINDS:
-        seen = read_with_every_reader(config.uri(s.table_id, kind))
+        seen = read_with_every_reader(config.uri(s.table_id, kind), spark)
         reference = frozen_rows(seen["delta-rs"])
         for reader, rows_read in seen.items():
             assert frozen_rows(rows_read) == reference, f"{reader} reads the {kind} differently"

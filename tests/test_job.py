@@ -307,4 +307,5 @@ def test_demo_runs_end_to_end_at_a_small_scale(spark: Any, tmp_path: Path, capsy
     out = capsys.readouterr().out
     assert "tpcds.customer: 1000 rows" in out
     assert "mirror equals the source (999 rows) and holds every change" in out
+    assert "spark-sql> SELECT count(*) FROM tpcds.customer\n    999\n" in out, "the demo ends with a query by name"
 

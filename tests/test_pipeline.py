@@ -43,11 +43,14 @@ def create_table(admin: pymysql.connections.Connection, name: str = "t", rows: i
         cur.execute(f"INSERT INTO {name} VALUES " + ",".join(f"({i * 2}, 'v{i}', {i})" for i in range(rows)))
 
 
-@pytest.fixture
-def pipeline(spark: Any, mysql_server: Sandbox, database: str, tmp_path: Path) -> Iterator[Pipeline]:
+@pytest.fixture(params=["delta-rs", "delta-spark"])
+def pipeline(request: pytest.FixtureRequest, spark: Any, mysql_server: Sandbox, database: str,
+             tmp_path: Path) -> Iterator[Pipeline]:
+    """The pipeline into Delta, once per engine: every guarantee is proven on both."""
     p = Pipeline(spark, mysql_server, database, tmp_path)
     yield p
     p.cleanup()
+    p.engine = request.param
 
 
 def check_all(p: Pipeline) -> None:
@@ -241,7 +244,8 @@ def test_fan_out_to_two_sinks_is_exact_in_each_across_a_crash_between_their_comm
     second and changes nothing in the first)."""
     create_table(admin)
     lakes = [pipeline.workdir / "lake-a", pipeline.workdir / "lake-b"]
-    pipeline.sinks = [{"type": "delta", "path": str(lake)} for lake in lakes]
+    pipeline.sinks = [{"type": "delta", "path": str(lake), "engine": pipeline.engine, "catalog_prefix": prefix}
+                      for lake, prefix in zip(lakes, ["a_", "b_"], strict=True)]
     writer = RandomWriter(mysql_server, pipeline.database, "t", seed=23)
     pipeline.arm("between_sinks", after=2)
     with writing(writer):

@@ -46,6 +46,7 @@ from cdc.model.schema import TableSchema
 from sinks.base import Committed, Sink, TableBatch
 from sinks.delta.config import DeltaSinkConfig
 from sinks.delta.sink import DeltaSink
+from sinks.delta.tables import read_table
 
 
 @dataclass
@@ -67,14 +68,21 @@ def _delta_read(root: str, schema: TableSchema, kind: str) -> list[dict[str, Any
     uri = DeltaSinkConfig(path=root).uri(schema.table_id, "mirror" if kind == "mirror" else "changelog")
     if not DeltaTable.is_deltatable(uri):
         return []
-    rows: list[dict[str, Any]] = DeltaTable(uri).to_pyarrow_table().to_pylist()
+    rows: list[dict[str, Any]] = read_table(uri).to_pylist()
     return rows
 
 
-def _delta(mirror_mode: str) -> SinkKind:
+def _delta(mirror_mode: str, engine: str = "delta-rs") -> SinkKind:
     def make(root: str, job_id: str, hooks: Any) -> Sink:
-        config = DeltaSinkConfig(path=root, engine="delta-rs", async_mirror=mirror_mode == "async")
-        return DeltaSink(config, job_id, hooks=hooks)
+        # Every example's tables share names: they are not registered in the test session's catalog.
+        config = DeltaSinkConfig(path=root, engine=engine, async_mirror=mirror_mode == "async",  # type: ignore[arg-type]
+                                 register_tables=False)
+        spark = None
+        if engine == "delta-spark":
+            from cdc.spark.session import local_session
+
+            spark = local_session("spark-cdc-tests", parallelism=2)  # the test run's session
+        return DeltaSink(config, job_id, spark=spark, hooks=hooks)
 
     def changes(root: str, schema: TableSchema) -> list[dict[str, Any]]:
         # A table has no row order: the changelog's order is its rows' log positions.
@@ -87,6 +95,7 @@ def _delta(mirror_mode: str) -> SinkKind:
 SINK_KINDS = {
     "delta-async-mirror": _delta("async"),
     "delta-inline-mirror": _delta("inline"),
+    "delta-spark": _delta("async", "delta-spark"),
 }
 
 

@@ -4,6 +4,8 @@ Commands:
   run               run a job: ``--config job.yaml [--once]``.
   validate          check a job file without running it; ``--check-connection`` also connects
                     and runs the start-up checks.
+  sql               a SQL query over the job's tables by name: ``--config job.yaml "SELECT ..."``
+                    (or ``--catalog DIR``).
   demo              throwaway MariaDB with TPC-DS customer, the job, changes, a query on the lake.
   sandbox           a throwaway server (``mysql``) on a free port until Ctrl-C, for trying it out.
   config-reference  print every config key with its default and meaning (Markdown).
@@ -23,7 +25,7 @@ from collections.abc import Sequence
 from cdc import __version__
 from cdc.model.errors import CdcError, ConfigError
 
-COMMANDS = ("run", "validate", "demo", "sandbox", "config-reference", "version")
+COMMANDS = ("run", "validate", "sql", "demo", "sandbox", "config-reference", "version")
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
 
 
@@ -103,6 +105,24 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(scale=args.scale)
 
 
+def _cmd_sql(args: argparse.Namespace) -> int:
+    from cdc.app.config import load_config
+    from cdc.app.runner import catalog_dir
+    from cdc.app.sql import run_sql
+
+    directory = args.catalog
+    if directory is None:
+        try:
+            directory = catalog_dir(load_config(args.config))
+        except ConfigError as exc:
+            return _fail(exc, args.config)
+    try:
+        print(run_sql(directory, args.query, args.format), end="", flush=True)
+    except CdcError as exc:
+        return _fail(exc)
+    return EXIT_OK
+
+
 def _cmd_sandbox(args: argparse.Namespace) -> int:
     from cdc.app.sandbox import run_sandbox
 
@@ -134,6 +154,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scale", type=float, default=0.1,
                    help="TPC-DS scale factor (0.1 = 10,000 customers, 1 = 100,000)")
     p.set_defaults(func=_cmd_demo)
+
+    p = sub.add_parser("sql", help="run a SQL query over the job's tables by name (db.table, db.table_changelog)")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--config", help="the job's YAML file (its catalog is <state_dir>/catalog)")
+    where.add_argument("--catalog", help="the catalog folder itself (needs no job file; make demo prints it)")
+    p.add_argument("--format", choices=("table", "json", "csv"), default="table",
+                   help="table (default), or json lines / csv for scripts")
+    p.add_argument("query", help='e.g. "SELECT count(*) FROM shop.orders"')
+    p.set_defaults(func=_cmd_sql)
 
     from cdc.app.sandbox import SANDBOXES
 

@@ -6,8 +6,9 @@ Steps (each prints what it did):
 2. run the job of ``configs/demo.yaml`` with ``--once`` (snapshot, then the binlog up to now);
 3. update, delete and insert a few customers;
 4. run the job with ``--once`` again (a restart: it resumes from the checkpoint);
-5. query the Delta mirror and changelog with Spark SQL (delta-rs -> Arrow -> Spark) and check
-   that the mirror equals the source.
+5. query the Delta mirror and changelog by name with Spark SQL (the job registered them in its
+   catalog, ``<state_dir>/catalog``) and check that the mirror equals the source; print the
+   ``python -m cdc sql`` command that runs more queries on the same tables.
 
 Runs on the driver. The work directory (default ``.demo``) is wiped first; the server is removed
 at the end.
@@ -25,9 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from cdc.app.config import load_config
-from cdc.app.runner import JobRunner
+from cdc.app.runner import JobRunner, catalog_dir
 from cdc.app.sandbox.mysql import Sandbox, sandbox
 from cdc.app.tpcds import generate_customer, load_customer
+from cdc.model.config import JobConfig
 from sinks.delta.config import DeltaSinkConfig
 
 DEMO_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "demo.yaml"
@@ -88,18 +90,13 @@ def source_count(box: Sandbox) -> int:
         return int(count)
 
 
-def query_lake(spark: Any, lake: str) -> tuple[int, list[Any]]:
-    """Spark SQL over the Delta mirror and changelog; prints the queries and their results."""
-    from deltalake import DeltaTable
-
-    for name in ("customer", "customer_changelog"):
-        arrow = DeltaTable(f"{lake}/{DATABASE}/{name}").to_pyarrow_table()
-        spark.createDataFrame(arrow).createOrReplaceTempView(name)
+def query_lake(spark: Any) -> tuple[int, list[Any]]:
+    """Spark SQL over the mirror and changelog by name; prints the queries and their results."""
     keys = ", ".join(map(str, UPDATED + DELETED + INSERTED))
     queries = [
-        "SELECT op, COUNT(*) AS events FROM customer_changelog GROUP BY op ORDER BY op",
-        "SELECT c_customer_sk, c_first_name, c_email_address, c_preferred_cust_flag FROM customer "
-        f"WHERE c_customer_sk IN ({keys}) ORDER BY c_customer_sk",
+        f"SELECT op, COUNT(*) AS events FROM {DATABASE}.customer_changelog GROUP BY op ORDER BY op",
+        "SELECT c_customer_sk, c_first_name, c_email_address, c_preferred_cust_flag "
+        f"FROM {DATABASE}.customer WHERE c_customer_sk IN ({keys}) ORDER BY c_customer_sk",
     ]
     rows: list[Any] = []
     for sql in queries:
@@ -107,7 +104,10 @@ def query_lake(spark: Any, lake: str) -> tuple[int, list[Any]]:
         result = spark.sql(sql)
         print("    " + result.toPandas().to_string(index=False).replace("\n", "\n    "))
         rows = result.collect()
-    count = int(spark.sql("SELECT COUNT(*) FROM customer").collect()[0][0])
+    count_query = f"SELECT count(*) FROM {DATABASE}.customer"
+    print(f"    spark-sql> {count_query}")
+    count = int(spark.sql(count_query).collect()[0][0])
+    print(f"    {count}")
     return count, rows
 
 
@@ -139,16 +139,17 @@ def run_demo(scale: float = 0.1, workdir: Path | None = None, spark: Any | None 
         _step(f"{DATABASE}.customer: {rows} rows")
         from cdc.spark.session import local_session
 
-        session = spark if spark is not None else local_session("spark-cdc-demo", parallelism=2)
+        config = load_config(DEMO_CONFIG)
+        session = spark if spark is not None else local_session("spark-cdc-demo", parallelism=2,
+                                                                catalog_dir=catalog_dir(config))
         try:
-            return _capture(box, session, workdir, started)
+            return _capture(box, session, config, workdir, started)
         finally:
             if spark is None:
                 session.stop()
 
 
-def _capture(box: Sandbox, spark: Any, workdir: Path, started: float) -> int:
-    config = load_config(DEMO_CONFIG)
+def _capture(box: Sandbox, spark: Any, config: JobConfig, workdir: Path, started: float) -> int:
     _step(f"python -m cdc run --config {DEMO_CONFIG.relative_to(DEMO_CONFIG.parent.parent)} --once   "
           "(snapshot, then the binlog up to now)")
     print(JobRunner(config, spark).run(once=True).render(), flush=True)
@@ -157,8 +158,8 @@ def _capture(box: Sandbox, spark: Any, workdir: Path, started: float) -> int:
     _step("running --once again: it resumes from the checkpoint and brings the changes over")
     print(JobRunner(config, spark).run(once=True).render(), flush=True)
     lake = next(s.path for s in config.sink if isinstance(s, DeltaSinkConfig))
-    _step(f"querying the Delta lake at {lake} with Spark SQL")
-    mirror_rows, changed = query_lake(spark, lake)
+    _step(f"querying the tables by name with Spark SQL (files at {lake})")
+    mirror_rows, changed = query_lake(spark)
     expected = source_count(box)
     problems = check_changes(changed)
     if mirror_rows != expected:
@@ -168,4 +169,6 @@ def _capture(box: Sandbox, spark: Any, workdir: Path, started: float) -> int:
         return 1
     _step(f"mirror equals the source ({expected} rows) and holds every change; done in "
           f"{time.monotonic() - started:.1f}s. Lake and checkpoint: {workdir}")
+    print(f"    more queries: python -m cdc sql --catalog {catalog_dir(config)} "
+          f'"SELECT count(*) FROM {DATABASE}.customer"', flush=True)
     return 0

@@ -47,6 +47,7 @@ from cdc.model.schema import TableId, TableSchema
 from cdc.spark.commit import BatchCommitter, BatchRecord
 from cdc.spark.source import SourceSpec, bound_source, table_schemas
 from cdc.spark.state import StateStore
+from cdc.spark.visibility import check_visible
 from sinks.base import Sink
 from sinks.registry import create_sink
 
@@ -146,20 +147,31 @@ def _same_source(recorded: dict[str, Any], identity: dict[str, Any], paths: JobP
                           checkpoint=paths.checkpoint)
 
 
-def job_session(config: JobConfig) -> Any:
-    """The Spark session: the active one (spark-submit, notebooks), else ``local[parallelism]``.
+def catalog_dir(config: JobConfig) -> str:
+    """Where a local job keeps its catalog (tables by name): ``<state_dir>/catalog``."""
+    return f"{_absolute(config.state_path())}/catalog"
 
-    Under spark-submit the master comes from spark-submit; it is never overridden.
+
+def job_session(config: JobConfig) -> Any:
+    """The Spark session: the active one (spark-submit, notebooks), else ``local[parallelism]``
+    with the job's catalog (:func:`catalog_dir`).
+
+    Under spark-submit the master, the jars and the catalog come from spark-submit; they are never
+    overridden (README, "Run on a cluster"). When spark-submit brought delta-spark's jar but not
+    Delta's SQL settings, the session gets them (:func:`cdc.spark.session.submit_conf`).
     """
     from pyspark.sql import SparkSession
 
-    from cdc.spark.session import local_session
+    from cdc.spark.session import local_session, submit_conf
 
     spark = SparkSession.getActiveSession()
     if spark is None and "PYSPARK_GATEWAY_PORT" in os.environ:  # launched by spark-submit
-        spark = SparkSession.builder.appName("spark-cdc").getOrCreate()
+        builder = SparkSession.builder.appName("spark-cdc")
+        for key, value in submit_conf().items():
+            builder = builder.config(key, value)
+        spark = builder.getOrCreate()
     if spark is None:
-        spark = local_session("spark-cdc", parallelism=config.parallelism)
+        spark = local_session("spark-cdc", parallelism=config.parallelism, catalog_dir=catalog_dir(config))
     return spark
 
 
@@ -225,9 +237,10 @@ class JobRunner:
             JobFailed: the query stopped with an error.
         """
         schemas = self.check()
+        spark = self.spark if self.spark is not None else job_session(self.config)
+        check_visible(spark, {"state_dir": self.paths.state_dir})
         store = StateStore(self.paths.state_dir)
         job_id = claim_checkpoint(store, self.paths, source_identity(self.config, schemas))
-        spark = self.spark if self.spark is not None else job_session(self.config)
         sinks = self.open_sinks(job_id, spark, schemas)
         committer = BatchCommitter(schemas, sinks, self.hooks)
         self.batches = committer.batches

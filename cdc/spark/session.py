@@ -1,4 +1,5 @@
-"""Spark session helpers: a local session for `python -m cdc`, the demo and the tests.
+"""Spark sessions of the project: the jars and Delta's SQL support every session gets, a local
+session for `python -m cdc`, the demo and the tests, and the catalog that keeps tables by name.
 
 Runs on the driver only.
 """
@@ -7,7 +8,15 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import Any
+
+from cdc.spark.jars import spark_jars
+
+DELTA_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
 
 
 def ensure_worker_python() -> None:
@@ -20,31 +29,80 @@ def ensure_worker_python() -> None:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 
-def local_session(app_name: str = "spark-cdc", parallelism: int = 2, **conf: str) -> Any:
-    """Create (or get) a local SparkSession sized for this machine.
+def project_conf() -> dict[str, str]:
+    """What every session of the project needs: the jars (``make setup`` resolved them) and
+    Delta's SQL extension and catalog.
+
+    Raises:
+        JarsMissing, VersionMismatch: the jars are missing or built for another Spark.
+    """
+    return {"spark.jars": ",".join(spark_jars()), **DELTA_CONF}
+
+
+def submit_conf() -> dict[str, str]:
+    """Delta's SQL settings for a session that spark-submit starts with delta-spark's jar
+    (``--jars`` or ``--packages``) but without them; nothing the user set is replaced."""
+    from pyspark import SparkConf
+
+    conf = SparkConf()  # what spark-submit passed
+    jars = f"{conf.get('spark.jars', '')},{conf.get('spark.jars.packages', '')}"
+    if "delta-spark" not in jars:
+        return {}
+    return {k: v for k, v in DELTA_CONF.items() if not conf.contains(k)}
+
+
+def catalog_conf(directory: str | Path) -> dict[str, str]:
+    """A Hive metastore on an embedded Derby database in ``directory`` (Spark ships both): tables
+    registered there stay known by name after the process ends, for Spark SQL and `python -m cdc sql`.
+
+    Derby serves one process at a time: a second session on the same directory waits, then fails.
+    """
+    path = Path(directory).resolve()
+    return {
+        "spark.sql.catalogImplementation": "hive",
+        "spark.hadoop.javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={path / 'metastore_db'};create=true",
+        "spark.sql.warehouse.dir": str(path / "warehouse"),
+        "spark.hadoop.datanucleus.schema.autoCreateAll": "true",
+        "spark.hadoop.hive.metastore.schema.verification": "false",
+        "spark.driver.extraJavaOptions": f"-Dderby.system.home={path} -Dderby.stream.error.file={path / 'derby.log'}",
+    }
+
+
+def local_session(app_name: str = "spark-cdc", parallelism: int = 2, catalog_dir: str | Path | None = None,
+                  **conf: str) -> Any:
+    """Create (or get) a local SparkSession sized for this machine, with the project's jars.
 
     Args:
         app_name: the Spark application name.
         parallelism: local[N] worker threads, also used for shuffle partitions.
+        catalog_dir: keep the catalog (tables by name) in this directory (see :func:`catalog_conf`);
+            None: Spark's in-memory catalog.
         **conf: extra Spark settings (dots as in Spark: pass a dict with ``**{"a.b": "c"}``).
 
     Returns:
         pyspark.sql.SparkSession
+
+    Raises:
+        JarsMissing, VersionMismatch: the jars are missing or built for another Spark.
     """
     ensure_worker_python()
     from pyspark.sql import SparkSession
 
-    builder = (
-        SparkSession.builder.appName(app_name)
-        .master(f"local[{parallelism}]")
-        .config("spark.sql.shuffle.partitions", str(parallelism))
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.driver.memory", conf.pop("spark.driver.memory", "2g"))
-    )
-    for key, value in conf.items():
+    settings = {
+        "spark.sql.shuffle.partitions": str(parallelism),
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.driver.memory": "2g",
+        **project_conf(),
+        **(catalog_conf(catalog_dir) if catalog_dir is not None else {}),
+        **conf,
+    }
+    if catalog_dir is not None:
+        Path(catalog_dir).mkdir(parents=True, exist_ok=True)
+    builder = SparkSession.builder.appName(app_name).master(f"local[{parallelism}]")
+    for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("SPARK_CDC_SPARK_LOG_LEVEL", "WARN"))

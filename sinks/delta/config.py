@@ -22,12 +22,19 @@ class DeltaSinkConfig(SinkConfig):
     storage_options: dict[str, str] = Field(default_factory=dict, repr=False, description="object-store "
                                             "options for delta-rs (credentials, region); use `${ENV_VAR}` "
                                             "for secrets")
-    engine: Engine = Field(default="auto", description="`delta-rs`, `delta-spark`, or `auto` (delta-spark "
+    engine: Engine = Field(default="delta-rs", description="who writes the mirror's MERGEs: `delta-rs` "
+                           "(no JVM; faster on this project's benchmarks, README \"Delta engines\"), "
+                           "`delta-spark` (Spark's Delta writer: deletion vectors), or `auto` (delta-spark "
                            "when its jars are on the classpath)")
     async_mirror: bool = Field(default=True, description="MERGE the mirror in a background thread that "
                                "trails the changelog (batches queued meanwhile are merged together; after "
                                "a crash the mirror catches up from the changelog); `false` MERGEs inside "
                                "every batch")
+
+    catalog_prefix: str = Field(default="", description="put in front of the database name when the tables "
+                                "are registered by name: `<prefix><db>.<table>` and `<prefix><db>.<table>_changelog`")
+    register_tables: bool = Field(default=True, description="register the mirror and changelog by name in the Spark "
+                           "catalog (a local job keeps it under its state directory; see `python -m cdc sql`)")
 
     @field_validator("path")
     @classmethod

@@ -24,13 +24,13 @@ from __future__ import annotations
 import logging
 from typing import Any, ClassVar
 
-from deltalake import DeltaTable
-
 from cdc.model.config import SinkConfig
 from cdc.model.errors import ConfigError
 from cdc.model.hooks import NO_HOOKS, Hooks
 from cdc.model.schema import TableId, TableSchema
 from sinks.base import Committed, Sink, SinkWriter, TableBatch
+from sinks.changes import changelog_schema, mirror_schema
+from sinks.delta.catalog import check_names, register_tables
 from sinks.delta.config import DeltaSinkConfig
 from sinks.delta.engines import DeltaTables
 from sinks.delta.files import (
@@ -41,6 +41,7 @@ from sinks.delta.files import (
     read_change_files,
 )
 from sinks.delta.follower import MirrorFollower
+from sinks.delta.tables import count_rows, ensure_table
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,15 @@ class DeltaSink(Sink):
         return DeltaFileWriter(self.delta)
 
     def open(self, schemas: dict[TableId, TableSchema]) -> None:
+        register = self.delta.register_tables and self.spark is not None and \
+            check_names(self.spark, self.delta, schemas)  # a name taken elsewhere: refused, nothing written
+        for schema in schemas.values():  # the tables exist from the start, so names resolve
+            ensure_table(self.delta.uri(schema.table_id, "mirror"), self.delta.storage_options, schema,
+                         "mirror", mirror_schema(schema))
+            ensure_table(self.delta.uri(schema.table_id, "changelog"), self.delta.storage_options, schema,
+                         "changelog", changelog_schema(schema))
+        if register:
+            register_tables(self.spark, self.delta, schemas)
         if self.delta.async_mirror:
             self.follower = MirrorFollower(self.tables, schemas, hooks=self.hooks)
             self.follower.recover()
@@ -109,7 +119,7 @@ class DeltaSink(Sink):
     def row_counts(self, schemas: dict[TableId, TableSchema]) -> dict[str, dict[str, int | None]]:
         def count(uri: str) -> int | None:
             try:
-                return int(DeltaTable(uri, storage_options=self.delta.storage_options or None).count())
+                return count_rows(uri, self.delta.storage_options)
             except Exception:  # not created yet (nothing written), or unreadable: the summary says "-"
                 return None
 

@@ -8,14 +8,18 @@ data commits go through Spark:
 
 * mirror: ``DeltaTable.forPath(...).merge(...)`` with the SQL confs
   ``spark.databricks.delta.write.txnAppId`` / ``txnVersion`` set, so the MERGE commit records the
-  app transaction (delta-spark itself skips a version it has seen);
+  app transaction (delta-spark itself skips a version it has seen). The mirror has deletion
+  vectors enabled: a MERGE marks the changed rows deleted in their files and writes only the new
+  rows, so its cost follows the changes, not the file sizes;
 * changelog and snapshot appends: ``df.write.format("delta")`` with the ``txnAppId`` /
   ``txnVersion`` writer options.
 
+Rows go to Spark with the table's own Spark schema (a naive Arrow timestamp is Delta's
+``timestamp_ntz``). The writer works on its own child session (``newSession``): the transaction
+confs it sets never leak into the job's session or another thread's writes.
+
 Object-store credentials for Spark come from the Spark/Hadoop configuration; ``storage_options``
 are used only by the delta-rs reads (table checks and the idempotency check).
-
-Not exercised by this repository's tests when delta-spark's jars are absent (no Maven access).
 """
 
 from __future__ import annotations
@@ -84,7 +88,37 @@ class DeltaSparkWriter:
 
     def __init__(self, config: DeltaSinkConfig, spark: Any) -> None:
         self._config = config
-        self._spark = spark
+        self._spark = spark.newSession()
+        # Delta replays a table's log in 50 partitions by default: 50 tasks per MERGE for a log
+        # of a few files. One per task slot is enough; checkpoints keep the log short.
+        slots = max(1, int(spark.sparkContext.defaultParallelism))
+        self._spark.conf.set("spark.databricks.delta.snapshotPartitions", str(slots))
+        self._schemas: dict[str, Any] = {}
+        self._with_dv: set[str] = set()
+
+    def _spark_schema(self, uri: str) -> Any:
+        if uri not in self._schemas:
+            self._schemas[uri] = self._spark.read.format("delta").load(uri).schema
+        return self._schemas[uri]
+
+    def _frame(self, uri: str, rows: pa.Table, extra: Any = None) -> Any:
+        """``rows`` as a DataFrame with the table's Spark schema (plus ``extra`` fields)."""
+        schema = self._spark_schema(uri)
+        if extra is not None:
+            from pyspark.sql.types import StructType
+
+            schema = StructType([*schema.fields, *extra])
+        return self._spark.createDataFrame(rows, schema=schema)
+
+    def _deletion_vectors(self, uri: str) -> None:
+        """Enable deletion vectors on a mirror once (MERGE then writes them)."""
+        if uri in self._with_dv:
+            return
+        props = self._spark.sql(f"SHOW TBLPROPERTIES delta.`{uri}`").collect()
+        if not any(r[0] == "delta.enableDeletionVectors" and r[1] == "true" for r in props):
+            self._spark.sql(f"ALTER TABLE delta.`{uri}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
+            self._schemas.pop(uri, None)
+        self._with_dv.add(uri)
 
     def _checked(
         self, schema: TableSchema, kind: TableKind, storage: pa.Schema, app: str, batch_id: int
@@ -104,11 +138,15 @@ class DeltaSparkWriter:
         if table is None:
             return False
         uri = self._config.uri(schema.table_id, "mirror")
+        self._deletion_vectors(uri)
         if append and ops_are(batch, {"r"}):
             self._append(uri, snapshot_rows(batch, storage), app, batch_id)
             return True
+        from pyspark.sql.types import BooleanType, StructField
+
         delta_table = importlib.import_module("delta.tables").DeltaTable
-        source = self._spark.createDataFrame(mirror_changes(batch, mirror_key(schema), storage))
+        source = self._frame(uri, mirror_changes(batch, mirror_key(schema), storage),
+                             [StructField(DELETE_FLAG, BooleanType(), False)])
         flag = f"s.{quote(DELETE_FLAG)}"
         values = {quote(c): f"s.{quote(c)}" for c in storage.names}
         with self._txn(app, batch_id):
@@ -137,7 +175,7 @@ class DeltaSparkWriter:
 
     def _append(self, uri: str, rows: pa.Table, app: str, batch_id: int) -> None:
         (
-            self._spark.createDataFrame(rows).write.format("delta").mode("append")
+            self._frame(uri, rows).write.format("delta").mode("append")
             .option("txnAppId", app).option("txnVersion", batch_id).save(uri)
         )
 

@@ -27,7 +27,7 @@ import re
 from typing import Literal
 
 import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake import CommitProperties, DeltaTable, QueryBuilder, Transaction
 from deltalake.exceptions import TableNotFoundError
 from deltalake.schema import Schema as DeltaSchema
 
@@ -160,6 +160,28 @@ def table_configuration(schema: TableSchema, kind: TableKind, storage: pa.Schema
     if kind == "changelog":
         config["delta.appendOnly"] = "true"
     return config
+
+
+def read_table(uri: str, storage_options: dict[str, str] | None = None) -> pa.Table:
+    """Every live row of the Delta table at ``uri``, deletion vectors applied.
+
+    delta-rs's pyarrow reader refuses tables with deletion vectors (the delta-spark engine's
+    mirrors); its DataFusion reader applies them.
+    """
+    table = DeltaTable(uri, storage_options=storage_options or None)
+    if "deletionVectors" not in (table.protocol().reader_features or []):
+        return table.to_pyarrow_table()
+    result = QueryBuilder().register("t", table).execute("SELECT * FROM t").read_all()
+    return pa.table(result).cast(pa.schema(table.schema().to_arrow()))
+
+
+def count_rows(uri: str, storage_options: dict[str, str] | None = None) -> int:
+    """How many live rows the Delta table at ``uri`` holds (deletion vectors applied)."""
+    table = DeltaTable(uri, storage_options=storage_options or None)
+    if "deletionVectors" not in (table.protocol().reader_features or []):
+        return int(table.count())
+    result = QueryBuilder().register("t", table).execute("SELECT count(*) AS n FROM t").read_all()
+    return int(pa.table(result)["n"][0].as_py())
 
 
 def open_table(uri: str, storage_options: dict[str, str]) -> DeltaTable | None:

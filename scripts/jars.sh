@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Resolve the project's JVM jars from Maven Central once, into jars/ (nothing downloads at run time):
+#   jars/spark/  delta-spark, spark-sql-kafka, JDBC drivers: every Spark session's spark.jars
+#                (jars pyspark already ships are dropped: pyspark's copies win);
+#   jars/kafka/  Apache Kafka's broker (KRaft), for `python -m cdc sandbox kafka` and the tests.
+# Skips a folder whose pom has not changed since it was resolved (a stamp holds the pom's hash).
+# Usage: scripts/jars.sh [python]   (the interpreter that has pyspark; default .venv/bin/python)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${1:-.venv/bin/python}
+OUT=${SPARK_CDC_JARS:-jars}
+
+for tool in java mvn; do
+  command -v "$tool" >/dev/null || { echo "jars: $tool is missing: install a Java 17 JDK and Maven (apt-get install openjdk-17-jdk-headless maven)" >&2; exit 1; }
+done
+
+resolve() {  # resolve <name>: jvm/<name>/pom.xml -> $OUT/<name>/
+  local name=$1 pom="jvm/$1/pom.xml" dir="$OUT/$1" stamp
+  stamp=$(sha256sum "$pom" | cut -c1-16)
+  if [[ -f "$dir/.stamp" && "$(cat "$dir/.stamp")" == "$stamp" ]]; then
+    return
+  fi
+  echo "jars: resolving $pom into $dir (Maven Central, once)"
+  rm -rf "$dir" "$dir.tmp"
+  mvn -q -B -f "$pom" dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$PWD/$dir.tmp"
+  mv "$dir.tmp" "$dir"
+  echo "$stamp" > "$dir/.stamp"
+}
+
+resolve kafka
+resolve spark
+# Drop the jars pyspark ships itself (same artifact, any version), so no class is loaded twice.
+"$PY" - "$OUT/spark" <<'PYEOF'
+import os, re, sys
+import pyspark
+def artifact(name):
+    return re.sub(r"-\d[\w.\-]*\.jar$", "", name)
+ours, theirs = sys.argv[1], os.path.join(os.path.dirname(pyspark.__file__), "jars")
+shipped = {artifact(n) for n in os.listdir(theirs) if n.endswith(".jar")}
+# RoaringBitmap's shims and commons-logging come with artifacts pyspark ships in other versions.
+extra = {"shims", "commons-logging"}
+for name in sorted(os.listdir(ours)):
+    if name.endswith(".jar") and (artifact(name) in shipped or artifact(name) in extra):
+        os.remove(os.path.join(ours, name))
+kept = sorted(n for n in os.listdir(ours) if n.endswith(".jar"))
+print(f"jars: {len(kept)} jars in {ours} for Spark (pyspark {pyspark.__version__} ships the rest)")
+PYEOF
+echo "jars: $(ls "$OUT/kafka" | grep -c '\.jar$') jars in $OUT/kafka for the Kafka broker"

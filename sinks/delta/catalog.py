@@ -1,0 +1,107 @@
+"""Tables by name: the Delta sink registers every mirror and changelog in the Spark catalog.
+
+The mirror of ``db.table`` is ``<catalog_prefix><db>.<table>``, its changelog
+``<catalog_prefix><db>.<table>_changelog``. A local job keeps its catalog in a Hive metastore on
+an embedded Derby database under its state directory (``cdc.spark.session.catalog_conf``), so
+the names outlive the process; under spark-submit the tables go into the session's own catalog.
+
+A name that already belongs to a table at another location is an error: nothing is overwritten.
+Registering needs Delta's SQL support in the session (its extension and catalog); a session
+without it gets a warning that names the settings, and the tables stay readable by path.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from cdc.model.schema import TableId, TableSchema
+from sinks.base import SinkError
+from sinks.delta.config import DeltaSinkConfig
+from sinks.delta.tables import TableKind
+
+log = logging.getLogger(__name__)
+KINDS: tuple[TableKind, ...] = ("mirror", "changelog")
+
+
+class TableNameTaken(SinkError):
+    """A catalog name the sink would register already names a table at another location."""
+
+
+def table_name(config: DeltaSinkConfig, table_id: TableId, kind: TableKind) -> tuple[str, str]:
+    """The (database, table) name of a mirror or changelog in the catalog."""
+    return f"{config.catalog_prefix}{table_id.db}", table_id.table + ("_changelog" if kind == "changelog" else "")
+
+
+def _ident(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _same(a: str, b: str) -> bool:
+    def norm(uri: str) -> str:
+        uri = uri.rstrip("/")
+        for prefix in ("file://", "file:"):
+            if uri.startswith(prefix):
+                return uri[len(prefix):]
+        return uri
+
+    return norm(a) == norm(b)
+
+
+def supports_delta_sql(spark: Any) -> bool:
+    """True when the session was built with Delta's SQL extension (it can register tables)."""
+    extensions = spark.conf.get("spark.sql.extensions", "") or ""
+    return "DeltaSparkSessionExtension" in extensions
+
+
+def location(spark: Any, name: str) -> str | None:
+    """Where the catalog says table ``name`` lives, or None when there is no such table."""
+    if not spark.catalog.tableExists(name):
+        return None
+    for row in spark.sql(f"DESCRIBE TABLE EXTENDED {name}").collect():
+        if row[0] == "Location":
+            return str(row[1])
+    return ""
+
+
+def _names(config: DeltaSinkConfig, schemas: dict[TableId, TableSchema]) -> list[tuple[str, str, str]]:
+    """(database, table, location) of every mirror and changelog, in a stable order."""
+    return [(*table_name(config, t, kind), config.uri(t, kind)) for t in sorted(schemas) for kind in KINDS]
+
+
+def check_names(spark: Any, config: DeltaSinkConfig, schemas: dict[TableId, TableSchema]) -> bool:
+    """Check that every name the sink would register is free or already this job's (driver, before
+    anything is written). False when the session cannot register tables at all.
+
+    Raises:
+        TableNameTaken: a name already belongs to a table at another location.
+    """
+    if not supports_delta_sql(spark):
+        log.warning("the Spark session has no Delta SQL support, so the tables are not registered by name "
+                    "(they stay readable by path): build it with spark.sql.extensions="
+                    "io.delta.sql.DeltaSparkSessionExtension and spark.sql.catalog.spark_catalog="
+                    "org.apache.spark.sql.delta.catalog.DeltaCatalog (README, Run on a cluster)")
+        return False
+    for db, table, uri in _names(config, schemas):
+        existing = location(spark, f"{_ident(db)}.{_ident(table)}")
+        if existing is not None and not _same(existing, uri):
+            raise TableNameTaken(
+                f"the catalog name {db}.{table} already belongs to the table at {existing}, not {uri}: "
+                "drop it (DROP TABLE keeps a table's files only when it is external) or set "
+                "sink.catalog_prefix to register this job's tables under other names",
+                table=f"{db}.{table}", location=existing)
+    return True
+
+
+def register_tables(spark: Any, config: DeltaSinkConfig, schemas: dict[TableId, TableSchema]) -> list[str]:
+    """Register every mirror and changelog of ``schemas`` (they must exist, and
+    :func:`check_names` must have passed); returns their names (driver)."""
+    names = []
+    for db, table, uri in _names(config, schemas):
+        full = f"{_ident(db)}.{_ident(table)}"
+        spark.sql(f"CREATE DATABASE IF NOT EXISTS {_ident(db)}")
+        if location(spark, full) is None:
+            spark.sql(f"CREATE TABLE {full} USING DELTA LOCATION '{uri.replace(chr(39), chr(92) + chr(39))}'")
+        names.append(f"{db}.{table}")
+    log.info("registered %d tables by name: %s", len(names), ", ".join(names))
+    return names

@@ -1,0 +1,132 @@
+"""Tables by name, and the platform's errors: what a user sees through the CLI.
+
+* ``python -m cdc run`` registers every mirror and changelog in the job's catalog (a Hive
+  metastore on embedded Derby under ``<state_dir>/catalog``), which outlives the process;
+  ``python -m cdc sql`` queries them by name as a table, JSON lines or CSV.
+* A name that already belongs to another location is refused before anything is written.
+* Missing jars, and jars built for another Spark, are one line that names the fix.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from cdc.app.sandbox.mysql import Sandbox
+from cdc.spark.jars import VersionMismatch, check_versions
+
+pytestmark = pytest.mark.slow  # each CLI call starts a Spark driver
+
+ROOT = Path(__file__).resolve().parents[1]
+PASSWORD_ENV = "TEST_CATALOG_PASSWORD"
+
+
+def job_file(path: Path, box: Sandbox, database: str, lake: Path, **sink: Any) -> Path:
+    raw = {"source": {"hostname": box.cdc.host, "port": box.cdc.port, "username": box.cdc.user,
+                      "password": "${" + PASSWORD_ENV + "}", "tables": [f"{database}\\..*"],
+                      "server_id": "5420-5423"},
+           "sink": {"type": "delta", "path": str(lake), **sink},
+           "checkpoint": str(path.parent / "checkpoint")}
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def cdc(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_CDC_SPARK_LOG_LEVEL": "ERROR", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "cdc", *args], cwd=ROOT, env=full, capture_output=True,
+                          text=True, timeout=600)
+
+
+@pytest.fixture(autouse=True)
+def _password(monkeypatch: pytest.MonkeyPatch, mysql_server: Sandbox) -> None:
+    monkeypatch.setenv(PASSWORD_ENV, mysql_server.cdc.password)
+
+
+def test_tables_by_name_outlive_the_job_and_cdc_sql_prints_them(tmp_path: Path, mysql_server: Sandbox,
+                                                              database: str, admin: Any) -> None:
+    with admin.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))")
+        cur.execute("INSERT INTO t VALUES " + ",".join(f"({i}, 'v{i}')" for i in range(20)))
+    config = str(job_file(tmp_path / "job.yaml", mysql_server, database, tmp_path / "lake"))
+    assert (run := cdc("run", "--config", config, "--once")).returncode == 0, run.stderr[-3000:]
+    with admin.cursor() as cur:
+        cur.execute("UPDATE t SET v = 'changed' WHERE id = 3")
+        cur.execute("DELETE FROM t WHERE id >= 15")
+    assert (run := cdc("run", "--config", config, "--once")).returncode == 0, run.stderr[-3000:]
+    assert f"registered 2 tables by name: {database}.t, {database}.t_changelog" in run.stderr
+
+    table = cdc("sql", "--config", config, f"SELECT count(*) AS n FROM {database}.t")
+    assert table.returncode == 0, table.stderr[-3000:]
+    assert table.stdout.splitlines()[1:4] == ["| n  |", "+----+", "| 15 |"], table.stdout
+    assert table.stdout.endswith("(1 row)\n")
+
+    as_json = cdc("sql", "--config", config, "--format", "json", f"SELECT id, v FROM {database}.t ORDER BY id")
+    rows = [json.loads(line) for line in as_json.stdout.splitlines()]
+    assert rows == [{"id": i, "v": "changed" if i == 3 else f"v{i}"} for i in range(15)]
+
+    catalog = str(tmp_path / "checkpoint_state" / "catalog")  # --catalog needs no job file
+    as_csv = cdc("sql", "--catalog", catalog, "--format", "csv",
+                 f"SELECT op, count(*) AS n FROM {database}.t_changelog GROUP BY op ORDER BY op")
+    assert list(csv.reader(io.StringIO(as_csv.stdout))) == [["op", "n"], ["d", "5"], ["r", "20"], ["u", "1"]]
+
+    bad = cdc("sql", "--config", config, f"SELECT nope FROM {database}.t")
+    last = bad.stderr.strip().splitlines()[-1]
+    assert bad.returncode == 2 and last.startswith("error: the query failed: [UNRESOLVED_COLUMN"), bad.stderr
+    assert "nope" in last and "Traceback" not in bad.stderr and '"level": "ERROR"' not in bad.stderr
+
+
+def test_a_catalog_name_taken_by_another_location_is_refused_before_anything_is_written(
+    tmp_path: Path, mysql_server: Sandbox, database: str, admin: Any
+) -> None:
+    with admin.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY)")
+        cur.execute("INSERT INTO t VALUES (1), (2)")
+    first = job_file(tmp_path / "job.yaml", mysql_server, database, tmp_path / "lake")
+    assert (run := cdc("run", "--config", str(first), "--once")).returncode == 0, run.stderr[-3000:]
+    moved = job_file(tmp_path / "moved.yaml", mysql_server, database, tmp_path / "other-lake")
+    refused = cdc("run", "--config", str(moved), "--once")
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert f"error: the catalog name {database}.t already belongs to the table at" in refused.stderr
+    assert "sink.catalog_prefix" in refused.stderr
+    assert not (tmp_path / "other-lake").exists(), "nothing may be written"
+    prefixed = job_file(tmp_path / "prefixed.yaml", mysql_server, database, tmp_path / "other-lake",
+                        catalog_prefix="copy_")
+    assert (run := cdc("run", "--config", str(prefixed), "--once")).returncode == 0, run.stderr[-3000:]
+    both = cdc("sql", "--config", str(first), "--format", "json",
+               f"SELECT (SELECT count(*) FROM {database}.t) AS a, (SELECT count(*) FROM copy_{database}.t) AS b")
+    assert json.loads(both.stdout) == {"a": 2, "b": 2}, both.stderr[-2000:]
+
+
+def test_missing_jars_stop_the_job_with_one_line_that_names_make_setup(
+    tmp_path: Path, mysql_server: Sandbox, database: str, admin: Any
+) -> None:
+    with admin.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY)")
+    config = job_file(tmp_path / "job.yaml", mysql_server, database, tmp_path / "lake")
+    empty = tmp_path / "no-jars"
+    empty.mkdir()
+    run = cdc("run", "--config", str(config), "--once", env={"SPARK_CDC_JARS": str(empty)})
+    assert run.returncode == 2
+    assert run.stderr.strip().splitlines() == [
+        f"error: no jars in {empty}/spark: run `make setup` (or scripts/jars.sh) once to resolve them from "
+        "Maven Central, or point SPARK_CDC_JARS at a folder that has them"], run.stderr
+    assert not (tmp_path / "lake").exists()
+
+
+def test_delta_jars_built_for_another_spark_name_both_versions() -> None:
+    jars = ["/x/delta-spark_2.13-4.4.0.jar", "/x/delta-storage-4.4.0.jar"]
+    check_versions(jars, spark_version="4.2.0")  # the pinned pair
+    with pytest.raises(VersionMismatch) as info:
+        check_versions(jars, spark_version="4.1.1")
+    message = str(info.value)
+    assert "built for Spark 4.2.0" in message and "pyspark 4.1.1 is installed" in message
+    assert "pip install pyspark==4.2.0" not in message and "install pyspark==4.2.0" in message
