@@ -179,6 +179,17 @@ class Dialect(ABC):
         """The source block of a chunk's ``r`` rows emitted at ``high_watermark``."""
 
 
+class SupportsLogRelease(ABC):
+    """A dialect whose server keeps the log until told it is no longer needed (Postgres: a
+    replication slot's confirmed position)."""
+
+    @abstractmethod
+    def release(self, conn: Any, offset: Offset) -> None:
+        """Let the server drop the log before ``offset`` (driver). Called only once the batch
+        ending there is committed by every sink and by Spark, with a position no later than
+        the low watermark of any chunk still to be emitted; never moves backwards."""
+
+
 class SupportsSplitSlices(ABC):
     """A dialect whose long log slices can be decoded by several readers at once."""
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from binlog.dialect import Dialect
 from binlog.mysql.dialect import MySqlDialect
+from binlog.postgres.dialect import PostgresDialect
 from cdc.model.config import SourceConfig
 from cdc.model.errors import ConfigError
 
 DIALECTS: dict[str, type[Dialect]] = {
     MySqlDialect.name: MySqlDialect,
+    PostgresDialect.name: PostgresDialect,
 }
 
 

@@ -119,3 +119,5 @@ def spark() -> Iterator[Any]:
         yield session
     finally:
         session.stop()
+
+pytest_plugins = ["postgres_server"]  # the Postgres sandbox fixtures (tests/postgres_server.py)

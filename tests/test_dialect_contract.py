@@ -82,10 +82,30 @@ def _mariadb(mysql_server: Sandbox, database: str) -> Iterator[Case]:
         yield Case(dialect, database, execute, select)
 
 
-@pytest.fixture(params=["mariadb"])
+def _postgres(box: Any, database: str) -> Iterator[Case]:
+    from postgres_server import pg_dialect
+
+    dialect = pg_dialect(box, database)
+    with contextlib.closing(box.admin.connect(database)) as admin:
+        with contextlib.closing(dialect.connect()) as conn:
+            dialect.check_source(conn)  # the job's start: creates the slot before any offset is taken
+
+        def execute(*statements: str) -> None:
+            for sql in statements:
+                admin.execute(sql)
+
+        def select(sql: str) -> list[tuple[Any, ...]]:
+            return list(admin.execute(sql).fetchall())
+
+        yield Case(dialect, "public", execute, select)
+
+
+@pytest.fixture(params=["mariadb", "postgres"])
 def case(request: pytest.FixtureRequest) -> Iterator[Case]:
     if request.param == "mariadb":
         yield from _mariadb(request.getfixturevalue("mysql_server"), request.getfixturevalue("database"))
+    else:
+        yield from _postgres(request.getfixturevalue("postgres_server"), request.getfixturevalue("pg_database"))
 
 
 def make_t(case: Case, rows: int = 300) -> None:

@@ -42,6 +42,16 @@ SOURCE_TYPES: dict[str, pa.StructType] = {
         pa.field("thread", pa.int64()),
         pa.field("query", pa.string()),
     ]),
+    "postgresql": pa.struct([
+        *_COMMON,
+        pa.field("schema", pa.string()),
+        pa.field("sequence", pa.string()),
+        pa.field("txId", pa.int64()),
+        pa.field("lsn", pa.int64()),
+        pa.field("xmin", pa.int64()),
+        pa.field("commit_lsn", pa.int64()),  # spark-cdc: the transaction's commit LSN (orders changes)
+        pa.field("row", pa.int32()),  # spark-cdc: the change's index in its transaction
+    ]),
 }
 
 

@@ -34,12 +34,12 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
-from binlog.dialect import Dialect, SupportsSplitSlices
+from binlog.dialect import Dialect, SupportsLogRelease, SupportsSplitSlices
 from binlog.registry import DIALECTS, create_dialect
 from cdc.model.config import parse_section
 from cdc.model.errors import ConfigError
 from cdc.model.hooks import NO_HOOKS, Hooks
-from cdc.model.positions import Offset
+from cdc.model.positions import Offset, min_offset
 from cdc.model.schema import TableId, TableSchema
 from cdc.spark.layout import StreamLayout
 from cdc.spark.offsets import SourceOffset
@@ -223,7 +223,10 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                lambda: self.planner.connection())
 
     def commit(self, end: dict[str, Any]) -> None:
-        self.planner.forget_emitted(self._offset(end))
+        committed = self._offset(end)
+        self.planner.forget_emitted(committed)
+        if isinstance(self.spec.dialect, SupportsLogRelease):
+            release_log(self.spec.dialect, committed, self.context.store, self.planner.connection)
 
     def stop(self) -> None:
         self.planner.close()
@@ -233,6 +236,30 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, CdcPartition)
         return run_partition(partition, self.context)
+
+
+def release_log(dialect: SupportsLogRelease, committed: SourceOffset, store: StateStore,
+                connection: Callable[[], Any]) -> None:
+    """Tell the server the log before a committed batch's end is no longer needed (driver;
+    Spark calls ``commit`` only after the batch's commit log entry, so after every sink).
+
+    The point released is the batch's end, or the low watermark of a chunk it staged (the next
+    batch emits those from their LW), whichever is first. A failure only delays the release.
+    """
+    point: Offset = committed.position
+    try:
+        for name, (lo, hi) in committed.stage.items():
+            for split_id in range(lo, hi):
+                lw = store.staged_low_watermark(TableId.parse(name), split_id)
+                point = min_offset(point, cast_dialect(dialect).offset_from_dict(lw))
+        dialect.release(connection(), point)
+    except Exception as exc:  # the next commit releases again, further on
+        log.warning("could not release the source log up to %s yet: %s", point, exc)
+
+
+def cast_dialect(dialect: SupportsLogRelease) -> Dialect:
+    assert isinstance(dialect, Dialect)
+    return dialect
 
 
 def regions(start: SourceOffset, ctx: TaskContext) -> dict[str, Region]:

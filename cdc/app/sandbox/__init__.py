@@ -25,7 +25,21 @@ def _mysql() -> tuple[list[str], Callable[[], None]]:
     return lines, box.stop
 
 
-SANDBOXES: dict[str, Callable[[], tuple[list[str], Callable[[], None]]]] = {"mysql": _mysql}
+def _postgres() -> tuple[list[str], Callable[[], None]]:
+    from cdc.app.sandbox.postgres import start_postgres
+
+    box = start_postgres()
+    a, c = box.admin, box.cdc
+    lines = [f"PostgreSQL {box.version} on {c.host}:{c.port} (wal_level=logical)",
+             f"  admin: superuser {a.user!r}, password {a.password!r}",
+             f"  CDC role: {c.user!r} (LOGIN REPLICATION; grant SELECT on your tables)",
+             f"  export PG_HOST={c.host} PG_PORT={c.port} PG_PASSWORD='{c.password}'",
+             f"  PGPASSWORD='{a.password}' psql -h {a.host} -p {a.port} -U {a.user} postgres"]
+    return lines, box.stop
+
+
+SANDBOXES: dict[str, Callable[[], tuple[list[str], Callable[[], None]]]] = {"mysql": _mysql,
+                                                                            "postgres": _postgres}
 
 
 def run_sandbox(kind: str, stop: threading.Event | None = None) -> int:

@@ -1,0 +1,1 @@
+"""The PostgreSQL source dialect: LSN watermarks, pgoutput decoded from a logical slot."""

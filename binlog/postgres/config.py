@@ -1,0 +1,48 @@
+"""``source:`` for PostgreSQL (``type: postgres``): the shared keys plus the slot's own."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from cdc.model.config import SourceConfig
+
+_SLOT = re.compile(r"^[a-z0-9_]{1,63}$")
+
+
+class PostgresSourceConfig(SourceConfig):
+    """``source:`` for PostgreSQL 12+ (``wal_level=logical``), read through pgoutput."""
+
+    type: Literal["postgres"] = Field(default="postgres", description="the source database kind: `postgres` "
+                                      "(PostgreSQL 12+, pgoutput)")
+    port: int = Field(default=5432, ge=1, le=65535, description="TCP port of the server")
+    username: str = Field(description="the CDC role (needs LOGIN REPLICATION and SELECT on the tables)")
+    database: str = Field(description="the database to capture (`tables` match `schema.table` in it)")
+    slot_name: str | None = Field(default=None, description="the logical replication slot (pgoutput) the job "
+                                  "reads and advances; created when missing; default `spark_cdc_<database>`")
+    publication_name: str = Field(default="spark_cdc", description="the publication naming the captured "
+                                  "tables; created (FOR TABLE ...) when missing, if the role may")
+    log_readers: int = Field(default=1, ge=1, le=16, description="log readers of one batch (the stream task "
+                             "plus chunk emits); they take turns on the slot, which serves one session at a time")
+    slot_wait_s: float = Field(default=120.0, gt=0, description="how long a reader waits for the slot while "
+                               "another session of this job uses it")
+    snapshot_wait_s: float = Field(default=300.0, gt=0, description="how long a chunk read waits for the "
+                                   "transactions that were committing when it took its low watermark")
+    name: str = Field(default="postgres", description="the logical source name (Debezium's `topic.prefix`, "
+                      "`source.name` in every change)")
+
+    @field_validator("slot_name")
+    @classmethod
+    def _slot(cls, value: str | None) -> str | None:
+        if value is not None and not _SLOT.match(value):
+            raise ValueError(f"{value!r}: slot names are 1-63 lower-case letters, digits and underscores")
+        return value
+
+    @property
+    def slot(self) -> str:
+        """The slot name (configured, or derived from the database name)."""
+        if self.slot_name:
+            return self.slot_name
+        return ("spark_cdc_" + re.sub(r"[^a-z0-9_]", "_", self.database.lower()))[:63]

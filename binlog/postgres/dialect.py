@@ -1,0 +1,278 @@
+"""The PostgreSQL dialect: the Dialect contract over pgoutput and PostgreSQL's SQL.
+
+Where each piece lives: connections, checks, the slot and the publication in ``server.py``; the
+log reader in ``reader.py`` (pgoutput messages in ``pgoutput.py``); types and the catalog in
+``types.py``. This module wires them to the contract, reads chunks (``COPY ... TO STDOUT`` as
+CSV into Arrow) and answers the chunk splitter.
+
+Chunk keys that are strings are compared in the ``"C"`` collation (byte order, which is Python's
+``str`` order for UTF-8), whatever the column's collation: key order needs no server round trip.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+from psycopg import sql
+
+from binlog.dialect import Dialect, SupportsLogRelease
+from binlog.postgres.config import PostgresSourceConfig
+from binlog.postgres.positions import LsnOffset
+from binlog.postgres.reader import PostgresLogReader
+from binlog.postgres.server import (
+    PgSettings,
+    advance_slot,
+    check_role,
+    check_tables,
+    check_wal_level,
+    ensure_publication,
+    ensure_slot,
+    flush_lsn,
+    slot_info,
+    wait_for_committing,
+)
+from binlog.postgres.types import (
+    CHUNKABLE,
+    CONNECTOR,
+    key_value,
+    load_table_schema,
+    quote_ident,
+    sql_table,
+    table_oid,
+    texts_to_table,
+)
+from cdc.model.config import SourceConfig
+from cdc.model.envelope import source_block
+from cdc.model.errors import ConfigError
+from cdc.model.positions import Offset
+from cdc.model.schema import Column, TableId, TableSchema
+from chunking.chunks import KeyValue, SnapshotSplit, SortKey
+from chunking.splitter import select_chunk_key
+
+SYSTEM_SCHEMAS = ("pg_catalog", "information_schema", "pg_toast")
+
+
+def chunkable(column: Column) -> bool:
+    """True when a column's values order in Python as PostgreSQL orders them (see module doc)."""
+    if column.data_type == "numeric":
+        return bool(pa.types.is_decimal(column.arrow))  # unconstrained numeric travels as text
+    return column.data_type in CHUNKABLE
+
+
+def key_sql(column: Column) -> str:
+    """The key column as compared in chunk predicates (strings in the "C" collation)."""
+    k = quote_ident(column.name)
+    return f'{k} COLLATE "C"' if pa.types.is_string(column.arrow) else k
+
+
+class PostgresDialect(Dialect, SupportsLogRelease):
+    """PostgreSQL 12+: LSN watermarks, one pgoutput slot per job, C-collation key order."""
+
+    name: ClassVar[str] = "postgres"
+    config_class: ClassVar[type[SourceConfig]] = PostgresSourceConfig
+
+    def __init__(self, config: SourceConfig) -> None:
+        if not isinstance(config, PostgresSourceConfig):
+            raise TypeError(f"the postgres dialect needs a PostgresSourceConfig, not {type(config).__name__}")
+        super().__init__(config)
+        self.postgres = config
+
+    @property
+    def settings(self) -> PgSettings:
+        """Host, port, database and credentials (the password resolved from env or file)."""
+        s = self.postgres
+        return PgSettings(s.hostname, s.port, s.username, s.resolved_password(), s.database, s.connect_timeout_s)
+
+    # --- driver ---------------------------------------------------------------------------
+
+    def connect(self) -> Any:
+        return self.settings.connect()
+
+    def check_source(self, conn: Any) -> None:
+        """wal_level, REPLICATION, SELECT per table, the publication, then the slot (created
+        after the publication: pgoutput looks publications up as of each WAL position)."""
+        check_wal_level(conn)
+        check_role(conn)
+        try:
+            tables = self.discover_tables(conn, self.postgres.tables)
+        except ConfigError:
+            tables = []  # discovery, next, says what matches
+        check_tables(conn, tables)
+        ensure_publication(conn, self.postgres.publication_name, tables)
+        ensure_slot(conn, self.postgres.slot, self.postgres.database, self.postgres.slot_wait_s)
+
+    def discover_tables(self, conn: Any, patterns: Sequence[str]) -> list[TableId]:
+        rows = conn.execute("SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                            "WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition AND n.nspname <> ALL(%s) "
+                            "AND n.nspname NOT LIKE 'pg_temp%%' ORDER BY 1, 2", (list(SYSTEM_SCHEMAS),)).fetchall()
+        visible = [TableId(s, t) for s, t in rows]
+        compiled = [re.compile(p) for p in patterns]
+        matched = [t for t in visible if any(p.fullmatch(str(t)) for p in compiled)]
+        if not matched:
+            sample = ", ".join(map(str, visible[:10])) or "none"
+            raise ConfigError(f"source.tables {list(patterns)} matched no table in database "
+                              f"{self.postgres.database!r}. Tables there: {sample}{' ...' if len(visible) > 10 else ''}. "
+                              "Patterns are regexes on 'schema.table' (e.g. 'public\\\\..*')", tables=list(patterns))
+        return matched
+
+    def table_schema(self, conn: Any, table: TableId) -> TableSchema:
+        return load_table_schema(conn, table)
+
+    def chunk_key(self, schema: TableSchema) -> Column:
+        return select_chunk_key(schema, self.postgres.chunk_key_columns.get(str(schema.table_id)), chunkable)
+
+    def split_queries(self, conn: Any, schema: TableSchema, column: Column) -> PostgresSplitQueries:
+        return PostgresSplitQueries(conn, schema.table_id, column)
+
+    # --- positions ------------------------------------------------------------------------
+
+    def current_offset(self, conn: Any) -> LsnOffset:
+        return flush_lsn(conn)
+
+    def startup_offset(self, conn: Any) -> LsnOffset | None:
+        s = self.postgres
+        if s.startup_mode == "earliest-offset":
+            info = slot_info(conn, s.slot)
+            if info is None or info.confirmed is None:
+                raise ConfigError(f"startup_mode earliest-offset: replication slot {s.slot!r} does not exist yet")
+            return info.confirmed
+        if s.startup_mode in ("specific-offset", "timestamp"):
+            raise ConfigError(f"source.startup_mode {s.startup_mode} is not supported for postgres yet: use "
+                              "initial, snapshot, latest-offset or earliest-offset (the slot's position)",
+                              key="source.startup_mode")
+        return None
+
+    def offset_from_dict(self, data: dict[str, Any]) -> LsnOffset:
+        return LsnOffset.from_dict(data)
+
+    def describe_offset(self, data: dict[str, Any]) -> str:
+        return str(data["lsn"])
+
+    def release(self, conn: Any, offset: Offset) -> None:
+        assert isinstance(offset, LsnOffset)
+        advance_slot(conn, self.postgres.slot, offset, self.postgres.slot_wait_s)
+
+    # --- executors ------------------------------------------------------------------------
+
+    def read_chunk(self, schema: TableSchema, split: SnapshotSplit) -> tuple[LsnOffset, pa.Table]:
+        """LW (the WAL flush position), a wait for the transactions committing at that moment,
+        then one COPY of the key range: every transaction that committed before the LW is in
+        the rows, every later one is in the log after the LW."""
+        with contextlib.closing(self.connect()) as conn:
+            lw = flush_lsn(conn)
+            wait_for_committing(conn, self.postgres.snapshot_wait_s)
+            return lw, select_chunk(conn, schema, split)
+
+    def key_order(self, column: Column, conn: Any) -> PostgresKeyOrder:
+        return PostgresKeyOrder()
+
+    def log_reader(self, reader_id: int, tables: Sequence[TableSchema]) -> PostgresLogReader:
+        return PostgresLogReader(self.postgres, self.connect, {t.table_id: t for t in tables})
+
+    def reader_ids(self) -> list[int]:
+        return list(range(self.postgres.log_readers))
+
+    def snapshot_source(self, table: TableId, high_watermark: Any, ts_ms: int) -> dict[str, Any]:
+        hw: LsnOffset = high_watermark
+        return source_block(CONNECTOR, self.postgres.name, table, ts_ms, "true",
+                            {"schema": table.db, "lsn": hw.lsn, "sequence": f'[null,"{hw.lsn}"]'})
+
+
+def range_predicate(conn: Any, column: Column, start: KeyValue, end: KeyValue) -> str:
+    """``start <= k < end`` with literal values (COPY takes no parameters; None = unbounded,
+    NULL keys go to the first chunk)."""
+    k = key_sql(column)
+
+    def lit(v: KeyValue) -> str:
+        return sql.Literal(v).as_string(conn)
+
+    if start is None and end is None:
+        return "TRUE"
+    if start is None:
+        return f"({k} < {lit(end)} OR {quote_ident(column.name)} IS NULL)"
+    if end is None:
+        return f"{k} >= {lit(start)}"
+    return f"{k} >= {lit(start)} AND {k} < {lit(end)}"
+
+
+def select_chunk(conn: Any, schema: TableSchema, split: SnapshotSplit) -> pa.Table:
+    """A chunk's rows: ``COPY (SELECT ...) TO STDOUT`` as CSV, parsed by Arrow into text
+    columns, then converted column-wise (executor)."""
+    column = schema.column(split.key_column)
+    cols = ", ".join(quote_ident(c) for c in schema.column_names)
+    query = (f"COPY (SELECT {cols} FROM {sql_table(schema.table_id)} WHERE "
+             f"{range_predicate(conn, column, split.start, split.end)}) TO STDOUT WITH (FORMAT csv)")
+    buf = io.BytesIO()
+    with conn.cursor() as cur, cur.copy(query) as copy:
+        for data in copy:
+            buf.write(data)
+    data = buf.getvalue()
+    names = [f"c{i}" for i in range(len(schema.columns))]
+    if not data:
+        return texts_to_table([[] for _ in names], schema)
+    texts = pacsv.read_csv(
+        pa.py_buffer(data),
+        read_options=pacsv.ReadOptions(column_names=names, block_size=max(1 << 20, min(len(data) + 1, 1 << 30))),
+        parse_options=pacsv.ParseOptions(newlines_in_values=True),
+        convert_options=pacsv.ConvertOptions(column_types={n: pa.string() for n in names}, strings_can_be_null=True,
+                                             quoted_strings_can_be_null=False, null_values=[""]))
+    return texts_to_table([texts.column(n).combine_chunks() for n in names], schema)
+
+
+class PostgresKeyOrder:
+    """Key order without the server: every chunkable type's Python order is PostgreSQL's
+    (strings compared in the "C" collation)."""
+
+    def sort_keys(self, values: Sequence[KeyValue]) -> list[SortKey]:
+        return [(0,) if v is None else (1, v) for v in values]
+
+    def bound_key(self, value: KeyValue) -> SortKey:
+        return (0,) if value is None else (1, value)
+
+
+class PostgresSplitQueries:
+    """The chunk splitter's queries for one table, on a driver connection (SELECT suffices)."""
+
+    def __init__(self, conn: Any, table: TableId, column: Column) -> None:
+        self._conn = conn
+        self._table = table
+        self._column = column
+        self._k = key_sql(column)
+        self._t = sql_table(table)
+
+    def _value(self, text: str | None) -> KeyValue:
+        return key_value(text, self._column)
+
+    def key_range(self) -> tuple[KeyValue, KeyValue]:
+        lo, hi = self._conn.execute(f"SELECT MIN({self._k})::text, MAX({self._k})::text FROM {self._t}").fetchone()
+        return self._value(lo), self._value(hi)
+
+    def approximate_rows(self) -> int:
+        row = self._conn.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = %s",
+                                 (table_oid(self._conn, self._table),)).fetchone()
+        return max(0, int(row[0])) if row and row[0] is not None else 0
+
+    def chunk_end(self, lower: KeyValue, size: int) -> tuple[KeyValue, int, bool]:
+        k, t = self._k, self._t
+        end, count, moved = self._conn.execute(
+            f"SELECT MAX(k)::text, COUNT(*), MAX(k) > %s FROM (SELECT {k} AS k FROM {t} WHERE {k} >= %s "
+            f"ORDER BY {k} LIMIT {int(size)}) AS T", (lower, lower)).fetchone()
+        return self._value(end), int(count), bool(moved)
+
+    def next_key_above(self, lower: KeyValue) -> KeyValue:
+        row = self._conn.execute(f"SELECT MIN({self._k})::text FROM {self._t} WHERE {self._k} > %s",
+                                 (lower,)).fetchone()
+        return self._value(row[0])
+
+    def key_is_indexed(self) -> bool:
+        row = self._conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+            "AND a.attnum = i.indkey[0] WHERE i.indrelid = %s AND a.attname = %s)",
+            (table_oid(self._conn, self._table), self._column.name)).fetchone()
+        return bool(row[0])

@@ -1,0 +1,329 @@
+"""Server facts and start-up checks: connections, LSNs, the slot and the publication (driver,
+except :func:`connect`, :func:`flush_lsn`, :func:`wait_for_committing` and :func:`with_slot`,
+which executors use too)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg import errors as pgerrors
+
+from binlog.postgres.positions import LsnOffset, format_lsn, parse_lsn
+from binlog.postgres.types import SESSION_SETTINGS, quote_ident, sql_table
+from cdc.model.errors import (
+    AuthenticationFailed,
+    BinlogNotConfigured,
+    BinlogPurged,
+    CdcError,
+    ConfigError,
+    MissingPrivilege,
+    SourceUnreachable,
+    Terminal,
+    Transient,
+)
+from cdc.model.schema import TableId
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+
+class SlotBusy(CdcError, Transient):
+    """The replication slot stayed in use by another session longer than ``source.slot_wait_s``."""
+
+
+class SlotInUse(CdcError, Terminal):
+    """The job's replication slot is held by another consumer at start-up."""
+
+
+class PgConnection(psycopg.Connection[Any]):
+    """A psycopg connection that answers the planner's ``ping`` (driver)."""
+
+    def ping(self, reconnect: bool = False) -> None:
+        self.execute("SELECT 1")
+
+
+@dataclass(frozen=True)
+class PgSettings:
+    """Where and as whom the CDC role connects.
+
+    Attributes:
+        host: host name or address.
+        port: TCP port.
+        user: the CDC role.
+        password: its password.
+        database: the captured database.
+        connect_timeout: seconds.
+    """
+
+    host: str
+    port: int
+    user: str
+    password: str
+    database: str
+    connect_timeout: float = 10.0
+
+    def connect(self) -> PgConnection:
+        """An autocommit connection with :data:`SESSION_SETTINGS` (driver or executor).
+
+        Raises:
+            SourceUnreachable: nothing answers at the address.
+            AuthenticationFailed: the server refused the role or password.
+        """
+        options = " ".join(f"-c {k}={v.replace(' ', '')}" for k, v in SESSION_SETTINGS.items())
+        try:
+            return PgConnection.connect(host=self.host, port=self.port, user=self.user, password=self.password,
+                                        dbname=self.database, autocommit=True, options=options,
+                                        connect_timeout=max(1, int(self.connect_timeout)),
+                                        application_name="spark-cdc")
+        except psycopg.OperationalError as exc:
+            raise _connect_error(exc, self) from None
+
+
+def _connect_error(exc: psycopg.OperationalError, s: PgSettings) -> CdcError:
+    text = str(exc)
+    where = f"{s.host}:{s.port}"
+    if "password authentication failed" in text or "no password supplied" in text or \
+            "pg_hba.conf" in text or ("role" in text and "does not exist" in text):
+        return AuthenticationFailed(f"PostgreSQL at {where} refused role {s.user!r}: {text.strip()}. Check "
+                                    "source.username and source.password (or password_file)", address=where)
+    if "database" in text and "does not exist" in text:
+        return ConfigError(f"source.database: {s.database!r} does not exist on {where}", key="source.database")
+    return SourceUnreachable(f"cannot reach PostgreSQL at {where}: {text.strip()}. Check source.hostname and "
+                             "source.port, and that the server listens there", address=where)
+
+
+def flush_lsn(conn: Any) -> LsnOffset:
+    """The WAL flush position: every transaction committed before it is decodable."""
+    row = conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()
+    return LsnOffset(parse_lsn(row[0]))
+
+
+def wait_for_committing(conn: Any, timeout_s: float) -> None:
+    """Wait until the transactions running now have ended (executor).
+
+    A transaction's commit record reaches the WAL a moment before other sessions see it as
+    committed. A chunk read records its LW, then calls this, then SELECTs: every transaction
+    that committed before the LW is then visible to the SELECT, so none falls between the rows
+    and the log after the LW.
+
+    Raises:
+        SlotBusy: they still run after ``timeout_s`` (the message names their pids).
+    """
+    row = conn.execute("SELECT coalesce(array_agg(x::text), '{}') FROM pg_snapshot_xip(pg_current_snapshot()) x"
+                       ).fetchone()
+    running: list[str] = list(row[0]) if row else []
+    if not running:
+        return
+    deadline, pause = time.monotonic() + timeout_s, 0.001
+    while True:
+        row = conn.execute("SELECT count(*) FROM unnest(%s::xid8[]) x "
+                           "WHERE NOT pg_visible_in_snapshot(x, pg_current_snapshot())", (running,)).fetchone()
+        if not row or row[0] == 0:
+            return
+        if time.monotonic() > deadline:
+            pids = conn.execute("SELECT string_agg(pid::text, ', ') FROM pg_stat_activity "
+                                "WHERE backend_xid::text = ANY(%s)", (running,)).fetchone()
+            raise SlotBusy(f"a snapshot chunk waited {timeout_s:.0f}s for transactions that were running when it "
+                           f"took its low watermark (backend pids: {pids[0] if pids else '?'}); end them or raise "
+                           "source.snapshot_wait_s")
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+
+
+def with_slot(action: Callable[[], T], slot: str, wait_s: float) -> T:
+    """Run ``action`` (which uses the slot), retrying while another session holds the slot:
+    PostgreSQL serves a slot to one session at a time (executor or driver).
+
+    Raises:
+        SlotBusy: the slot stayed busy for ``wait_s``.
+    """
+    deadline, pause = time.monotonic() + wait_s, 0.005
+    while True:
+        try:
+            return action()
+        except pgerrors.ObjectInUse as exc:
+            if time.monotonic() > deadline:
+                raise SlotBusy(f"replication slot {slot!r} stayed in use by another session for {wait_s:.0f}s: "
+                               f"{str(exc).strip()}", slot=slot) from None
+            time.sleep(pause)
+            pause = min(pause * 2, 0.2)
+
+
+# --- start-up checks (driver) -----------------------------------------------------------------
+
+def check_wal_level(conn: Any) -> None:
+    """Raises BinlogNotConfigured unless ``wal_level = logical``."""
+    (level,) = conn.execute("SHOW wal_level").fetchone()
+    if level != "logical":
+        raise BinlogNotConfigured(f"wal_level is {level!r}, CDC needs 'logical'. Run as a superuser: "
+                                  "ALTER SYSTEM SET wal_level = logical; then restart PostgreSQL "
+                                  "(max_replication_slots and max_wal_senders must be at least 1)")
+
+
+def check_role(conn: Any) -> None:
+    """Raises MissingPrivilege unless the role may use replication slots."""
+    user, replication, superuser = conn.execute(
+        "SELECT current_user, rolreplication, rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()
+    if not (replication or superuser):
+        raise MissingPrivilege(f"role {user!r} lacks REPLICATION (needed to read a logical replication slot). "
+                               f"Run as a superuser: ALTER ROLE {quote_ident(user)} REPLICATION;", role=user)
+
+
+def check_tables(conn: Any, tables: Sequence[TableId]) -> None:
+    """Raises MissingPrivilege when the role cannot SELECT a table (one GRANT per table), and
+    warns about tables that publish no usable old row (no key, replica identity DEFAULT or
+    NOTHING: PostgreSQL then refuses their updates and deletes)."""
+    user = conn.execute("SELECT current_user").fetchone()[0]
+    missing, no_identity = [], []
+    for t in tables:
+        row = conn.execute(
+            "SELECT has_schema_privilege(n.oid, 'USAGE'), has_table_privilege(c.oid, 'SELECT'), c.relreplident, "
+            "EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND (i.indisprimary OR i.indisreplident)) "
+            "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s",
+            (t.db, t.table)).fetchone()
+        if row is None:
+            continue
+        usage, select, identity, keyed = row
+        if not usage:
+            missing.append(f"GRANT USAGE ON SCHEMA {quote_ident(t.db)} TO {quote_ident(user)};")
+        if not select:
+            missing.append(f"GRANT SELECT ON {sql_table(t)} TO {quote_ident(user)};")
+        if identity == "n" or (identity in ("d", "i") and not keyed):
+            no_identity.append(f"ALTER TABLE {sql_table(t)} REPLICA IDENTITY FULL;")
+    if missing:
+        raise MissingPrivilege(f"role {user!r} cannot read {len(missing)} of the configured table(s). Run: "
+                               + " ".join(dict.fromkeys(missing)), role=user)
+    if no_identity:
+        log.warning("table(s) without a primary key or replica identity: PostgreSQL refuses their updates and "
+                    "deletes while they are published. Run: %s", " ".join(no_identity))
+
+
+def ensure_publication(conn: Any, name: str, tables: Sequence[TableId]) -> None:
+    """Create the publication (FOR TABLE ...) or add missing tables to it, when the role may;
+    otherwise raise MissingPrivilege/ConfigError with the exact statement to run."""
+    row = conn.execute("SELECT puballtables, pubinsert AND pubupdate AND pubdelete FROM pg_publication "
+                       "WHERE pubname = %s", (name,)).fetchone()
+    if row is None and not tables:
+        return  # nothing to publish yet (discovery says so next)
+    listed = ", ".join(sql_table(t) for t in tables)
+    if row is None:
+        statement = f"CREATE PUBLICATION {quote_ident(name)} FOR TABLE {listed};"
+        _run_or_explain(conn, statement, f"publication {name!r} does not exist and the CDC role may not create it")
+        return
+    alltables, all_ops = row
+    if not all_ops:
+        raise ConfigError(f"publication {name!r} does not publish inserts, updates and deletes. Run: "
+                          f"ALTER PUBLICATION {quote_ident(name)} SET (publish = 'insert, update, delete, truncate');",
+                          key="source.publication_name")
+    if alltables:
+        return
+    published = {TableId(s, t) for s, t in conn.execute(
+        "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s", (name,)).fetchall()}
+    absent = [t for t in tables if t not in published]
+    if absent:
+        statement = f"ALTER PUBLICATION {quote_ident(name)} ADD TABLE {', '.join(sql_table(t) for t in absent)};"
+        _run_or_explain(conn, statement, f"publication {name!r} misses table(s) "
+                        f"{', '.join(map(str, absent))} and the CDC role may not add them")
+
+
+def _run_or_explain(conn: Any, statement: str, problem: str) -> None:
+    try:
+        conn.execute(statement)
+    except (pgerrors.InsufficientPrivilege, pgerrors.ObjectNotInPrerequisiteState) as exc:
+        raise MissingPrivilege(f"{problem} ({str(exc).strip()}). Run as the tables' owner or a superuser: "
+                               f"{statement}", statement=statement) from None
+
+
+@dataclass(frozen=True)
+class SlotInfo:
+    """A replication slot as ``pg_replication_slots`` shows it."""
+
+    plugin: str
+    database: str
+    active_pid: int | None
+    confirmed: LsnOffset | None
+
+
+def slot_info(conn: Any, slot: str) -> SlotInfo | None:
+    row = conn.execute("SELECT plugin, database, active_pid, confirmed_flush_lsn::text FROM pg_replication_slots "
+                       "WHERE slot_name = %s", (slot,)).fetchone()
+    if row is None:
+        return None
+    plugin, database, pid, confirmed = row
+    return SlotInfo(plugin or "", database or "", pid, LsnOffset(parse_lsn(confirmed)) if confirmed else None)
+
+
+def ensure_slot(conn: Any, slot: str, database: str, wait_s: float = 120.0) -> SlotInfo:
+    """Create the pgoutput slot when missing; check it belongs to this database and is free.
+
+    A slot held by a SQL session (a reader of a job that just died, still finishing its peek)
+    is waited for up to ``wait_s``; one held by a walsender (a streaming consumer) is refused.
+
+    Raises:
+        SlotInUse: another consumer holds it.
+        ConfigError: it has another plugin or database.
+    """
+    info = slot_info(conn, slot)
+    if info is None:
+        try:
+            conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+        except pgerrors.DuplicateObject:
+            pass  # created by a racing job start: checked below
+        except pgerrors.InsufficientPrivilege as exc:
+            raise MissingPrivilege(f"cannot create replication slot {slot!r}: {str(exc).strip()}. Run: "
+                                   f"ALTER ROLE {quote_ident(conn.info.user)} REPLICATION;") from None
+        info = slot_info(conn, slot)
+        assert info is not None
+    if info.plugin != "pgoutput" or info.database != database:
+        raise ConfigError(f"replication slot {slot!r} uses plugin {info.plugin!r} on database {info.database!r}, "
+                          f"not pgoutput on {database!r}: set source.slot_name to another name",
+                          key="source.slot_name")
+    deadline, pause = time.monotonic() + wait_s, 0.01
+    while info is not None and info.active_pid is not None:
+        app = conn.execute("SELECT application_name, client_addr::text, backend_type FROM pg_stat_activity "
+                           "WHERE pid = %s", (info.active_pid,)).fetchone()
+        if app is None or app[2] == "walsender" or time.monotonic() > deadline:
+            who = f" ({app[0] or 'no application name'} from {app[1] or 'local'}, {app[2]})" if app else ""
+            raise SlotInUse(f"replication slot {slot!r} is active for another consumer, pid {info.active_pid}{who}: "
+                            "another job or replication client reads it. Stop that consumer, or give this job its "
+                            f"own source.slot_name (to free it: SELECT pg_terminate_backend({info.active_pid});)",
+                            slot=slot)
+        time.sleep(pause)  # a SQL session's peek ends by itself
+        pause = min(pause * 2, 0.2)
+        info = slot_info(conn, slot)
+    assert info is not None
+    return info
+
+
+def check_start(conn: Any, slot: str, start: LsnOffset) -> None:
+    """Raises BinlogPurged when the slot was advanced past ``start`` (by another job): the
+    changes before its confirmed position are gone."""
+    info = slot_info(conn, slot)
+    if info is None:
+        raise BinlogPurged(f"replication slot {slot!r} no longer exists: the changes since {start} are lost. "
+                           "Start again with a new checkpoint (a new snapshot)", slot=slot)
+    if info.confirmed is not None and start.is_before(info.confirmed):
+        raise BinlogPurged(f"replication slot {slot!r} was advanced to {info.confirmed}, past this job's position "
+                           f"{start}: another job shares the slot. Give each job its own source.slot_name, and "
+                           "start this one again with a new checkpoint", slot=slot)
+
+
+def advance_slot(conn: Any, slot: str, to: LsnOffset, wait_s: float) -> None:
+    """Move the slot's confirmed position forward to ``to`` (never back): WAL before it may
+    then be removed (driver; only after the batch ending there is committed)."""
+    info = slot_info(conn, slot)
+    if info is None or (info.confirmed is not None and not info.confirmed.is_before(to)):
+        return
+    with_slot(lambda: conn.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (slot, format_lsn(to.lsn))),
+              slot, wait_s)
+
+
+def close_quietly(conn: Any) -> None:
+    with contextlib.suppress(Exception):
+        conn.close()

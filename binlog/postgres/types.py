@@ -1,0 +1,299 @@
+"""PostgreSQL types: the catalog's description of a table, and text values -> Arrow.
+
+Both the snapshot (``COPY ... TO STDOUT`` in CSV) and the stream (pgoutput, protocol 1) carry
+values in PostgreSQL's text output form, produced by the same output functions under the same
+session settings (:data:`SESSION_SETTINGS`). One conversion, :func:`to_arrow`, turns those texts
+into each column's Arrow type, so a value is identical through the snapshot and the stream by
+construction. See docs/types.md for the mapping.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Callable, Sequence
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from cdc.model.errors import TableNotFound
+from cdc.model.schema import Column, TableId, TableSchema
+
+CONNECTOR = "postgresql"
+
+# Output-function settings of every session (snapshot, stream and driver): the texts both paths
+# see depend on them.
+SESSION_SETTINGS = {
+    "DateStyle": "ISO, YMD",
+    "TimeZone": "UTC",
+    "IntervalStyle": "iso_8601",
+    "extra_float_digits": "3",
+    "bytea_output": "hex",
+    "lc_monetary": "C",
+}
+
+_INTS = {"int2": pa.int16(), "int4": pa.int32(), "int8": pa.int64(), "oid": pa.int64()}
+_FLOATS = {"float4": pa.float32(), "float8": pa.float64()}
+_STRINGS = {"text", "varchar", "bpchar", "char", "name", "citext", "uuid", "json", "jsonb", "xml",
+            "inet", "cidr", "macaddr", "macaddr8", "interval", "bit", "varbit", "tsvector", "point"}
+# Types a chunk key may have: their Arrow values order as the server orders them (strings
+# compared in the "C" collation, see keys.py).
+CHUNKABLE = {"int2", "int4", "int8", "numeric", "text", "varchar", "bpchar", "name", "citext", "uuid",
+             "date", "timestamp", "timestamptz", "bytea"}
+
+_EPOCH_DATE = dt.date(1970, 1, 1)
+_UTC = dt.timezone.utc
+
+
+def arrow_type(typname: str, category: str, typmod: int, elem: str | None, elem_category: str | None) -> pa.DataType:
+    """The Arrow type of a PostgreSQL type (by ``pg_type.typname`` and ``typcategory``)."""
+    if category == "A" and elem is not None:
+        return pa.list_(arrow_type(elem, elem_category or "", -1, None, None))
+    if typname in _INTS:
+        return _INTS[typname]
+    if typname in _FLOATS:
+        return _FLOATS[typname]
+    if typname == "numeric":
+        precision, scale = numeric_precision(typmod)
+        if precision is not None and scale is not None and 0 < precision <= 38 and 0 <= scale <= precision:
+            return pa.decimal128(precision, scale)
+        return pa.string()  # unconstrained numeric: exact text ('NaN' included)
+    if typname == "money":
+        return pa.decimal128(19, 2)
+    if typname == "bool":
+        return pa.bool_()
+    if typname == "bytea":
+        return pa.binary()
+    if typname == "date":
+        return pa.date32()
+    if typname == "time":
+        return pa.duration("us")
+    if typname == "timestamp":
+        return pa.timestamp("us")
+    if typname == "timestamptz":
+        return pa.timestamp("us", tz="UTC")
+    return pa.string()  # text types, uuid, json, enums, inet, interval (ISO 8601), timetz (UTC)
+
+
+def numeric_precision(typmod: int) -> tuple[int | None, int | None]:
+    """``numeric(p, s)``'s precision and scale from ``atttypmod`` (None, None when unconstrained)."""
+    if typmod < 4:
+        return None, None
+    return ((typmod - 4) >> 16) & 0xFFFF, (typmod - 4) & 0xFFFF
+
+
+_SCHEMA_SQL = """
+SELECT a.attname, t.typname, format_type(a.atttypid, a.atttypmod), NOT a.attnotnull, a.atttypmod,
+       t.typcategory, et.typname, et.typcategory, co.collname
+FROM pg_attribute a
+JOIN pg_type t ON t.oid = CASE WHEN (SELECT typtype FROM pg_type WHERE oid = a.atttypid) = 'd'
+                               THEN (SELECT typbasetype FROM pg_type WHERE oid = a.atttypid) ELSE a.atttypid END
+LEFT JOIN pg_type et ON et.oid = t.typelem AND t.typcategory = 'A'
+LEFT JOIN pg_collation co ON co.oid = a.attcollation AND a.attcollation <> 0
+WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped
+ORDER BY a.attnum
+"""
+
+_PK_SQL = """
+SELECT a.attname FROM pg_index i
+JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) ON true
+JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+WHERE i.indrelid = %s AND i.indisprimary ORDER BY k.ord
+"""
+
+
+def quote_ident(name: str) -> str:
+    """A double-quoted identifier."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def sql_table(table: TableId) -> str:
+    """``"schema"."table"``."""
+    return f"{quote_ident(table.db)}.{quote_ident(table.table)}"
+
+
+def table_oid(conn: Any, table: TableId) -> int:
+    """The table's ``pg_class`` oid (driver or executor).
+
+    Raises:
+        TableNotFound: no such table.
+    """
+    row = conn.execute("SELECT to_regclass(%s)::oid", (sql_table(table),)).fetchone()
+    if row is None or row[0] is None:
+        raise TableNotFound(f"table {table} does not exist (or the CDC role cannot see its schema)",
+                            table=str(table))
+    return int(row[0])
+
+
+def load_table_schema(conn: Any, table: TableId) -> TableSchema:
+    """A table's columns with their Arrow types, and its primary key (driver).
+
+    Raises:
+        TableNotFound: no such table.
+    """
+    oid = table_oid(conn, table)
+    columns = []
+    for name, typname, full, nullable, typmod, category, elem, elem_cat, collation in conn.execute(
+            _SCHEMA_SQL, (oid,)).fetchall():
+        precision, scale = numeric_precision(typmod) if typname == "numeric" else (None, None)
+        columns.append(Column(name=name, data_type=typname, column_type=full, nullable=bool(nullable),
+                              precision=precision, scale=scale, collation=collation,
+                              arrow=arrow_type(typname, category, typmod, elem, elem_cat)))
+    pk = tuple(r[0] for r in conn.execute(_PK_SQL, (oid,)).fetchall())
+    return TableSchema(table, tuple(columns), pk, CONNECTOR)
+
+
+# --- text -> values ----------------------------------------------------------------------------
+
+def _decimal(text: str) -> Decimal | None:
+    try:
+        value = Decimal(text)
+    except InvalidOperation:
+        return None
+    return value if value.is_finite() else None  # NaN and +-Infinity have no Arrow decimal
+
+
+def _money(text: str) -> Decimal | None:
+    negative = text.startswith("-") or text.startswith("(")
+    digits = re.sub(r"[^0-9.]", "", text)
+    value = Decimal(digits) if digits else Decimal(0)
+    return -value if negative else value
+
+
+def _date(text: str) -> dt.date | None:
+    try:
+        return dt.date.fromisoformat(text)
+    except ValueError:
+        return None  # infinity, -infinity, BC dates and years past 9999 have no Python date
+
+
+def _time(text: str) -> dt.timedelta:
+    h, m, s = text.split(":")
+    return dt.timedelta(hours=int(h), minutes=int(m), seconds=float(s[:2]),
+                        microseconds=int((s[3:] + "000000")[:6]) if "." in s else 0)
+
+
+def _timestamp(text: str) -> dt.datetime | None:
+    try:
+        return dt.datetime.fromisoformat(text)
+    except ValueError:
+        return None  # infinity, BC, past 9999
+
+
+def _timestamptz(text: str) -> dt.datetime | None:
+    value = _timestamp(text)
+    return None if value is None else value.astimezone(_UTC)
+
+
+_TZ = re.compile(r"^(\d\d):(\d\d):(\d\d)(\.\d+)?([+-])(\d\d)(?::(\d\d))?(?::(\d\d))?$")
+
+
+def _timetz(text: str) -> str:
+    """``'12:34:56.5+02'`` -> ``'10:34:56.5Z'`` (Debezium's ZonedTime: UTC)."""
+    m = _TZ.match(text)
+    if not m:
+        return text
+    h, mi, s, frac, sign, oh, om, os_ = m.groups()
+    offset = int(oh) * 3600 + int(om or 0) * 60 + int(os_ or 0)
+    seconds = (int(h) * 3600 + int(mi) * 60 + int(s) - (offset if sign == "+" else -offset)) % 86400
+    return f"{seconds // 3600:02d}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}{frac or ''}Z"
+
+
+def _bool(text: str) -> bool:
+    return text == "t"
+
+
+def _bytes(text: str) -> bytes:
+    return bytes.fromhex(text[2:]) if text.startswith("\\x") else text.encode()
+
+
+def scalar_parser(column_type: pa.DataType, typname: str) -> Callable[[str], Any]:
+    """The function turning one text value of ``typname`` into its Arrow type's Python value."""
+    if typname == "money":
+        return _money
+    if typname == "timetz":
+        return _timetz
+    t = column_type
+    if pa.types.is_integer(t):
+        return int
+    if pa.types.is_floating(t):
+        return float
+    if pa.types.is_decimal(t):
+        return _decimal
+    if pa.types.is_boolean(t):
+        return _bool
+    if pa.types.is_binary(t):
+        return _bytes
+    if pa.types.is_date(t):
+        return _date
+    if pa.types.is_duration(t):
+        return _time
+    if pa.types.is_timestamp(t):
+        return _timestamptz if t.tz else _timestamp
+    return str
+
+
+def parse_array(text: str, element: Callable[[str], Any]) -> list[Any]:
+    """A one-dimensional array literal (``{1,2,NULL}``, ``{"a b","c\\"d"}``) -> a list."""
+    if text.startswith("["):  # explicit bounds: '[0:1]={1,2}'
+        text = text[text.index("=") + 1:]
+    out: list[Any] = []
+    i, n = 1, len(text) - 1
+    while i < n:
+        if text[i] == '"':
+            j, buf = i + 1, []
+            while text[j] != '"':
+                if text[j] == "\\":
+                    j += 1
+                buf.append(text[j])
+                j += 1
+            out.append(element("".join(buf)))
+            i = j + 1
+        else:
+            j = i
+            while j < n and text[j] != ",":
+                j += 1
+            raw = text[i:j]
+            out.append(None if raw == "NULL" else element(raw.strip()))
+            i = j
+        if i < n and text[i] == ",":
+            i += 1
+    return out
+
+
+def to_arrow(texts: pa.Array, column: Column) -> pa.Array:
+    """A column's text values (Arrow strings, nulls for NULL) as its Arrow type (executor).
+
+    Integers, floats, strings and booleans are converted by Arrow kernels; other types value by
+    value.
+    """
+    t = column.arrow
+    if pa.types.is_string(t) and column.data_type not in ("timetz", "money"):
+        return texts.cast(t)
+    if pa.types.is_integer(t) or pa.types.is_floating(t):
+        return texts.cast(t)
+    if pa.types.is_boolean(t):
+        return pc.equal(texts, "t")
+    if pa.types.is_list(t):
+        element_type = t.value_type
+        element = scalar_parser(element_type, column.data_type.lstrip("_"))
+        values = [None if v is None else parse_array(v, element) for v in texts.to_pylist()]
+        return pa.array(values, type=t)
+    parse = scalar_parser(t, column.data_type)
+    return pa.array([None if v is None else parse(v) for v in texts.to_pylist()], type=t)
+
+
+def key_value(text: str | None, column: Column) -> Any:
+    """One key value from its text (what chunk boundaries hold)."""
+    if text is None:
+        return None
+    return to_arrow(pa.array([text], pa.string()), column)[0].as_py()
+
+
+def texts_to_table(columns: Sequence[Sequence[str | None]] | Sequence[pa.Array], schema: TableSchema) -> pa.Table:
+    """Rows given column-wise as texts -> a table of ``schema.arrow_schema()``."""
+    arrays = [to_arrow(c if isinstance(c, pa.Array) else pa.array(c, pa.string()), col)
+              for c, col in zip(columns, schema.columns, strict=True)]
+    return pa.Table.from_arrays(arrays, schema=schema.arrow_schema())

@@ -1,0 +1,204 @@
+"""Postgres -> Spark -> Delta, exactly once, with a real PostgreSQL, real Spark and real Delta.
+
+Chunk size 100 and 4 chunks per batch, so every test goes through many chunks and batches while
+random writers (primary-key updates and multi-statement transactions included) change the rows
+being snapshotted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from faults import InjectedFault
+from pipeline import writing
+from pipeline_pg import (
+    PgPipeline,
+    PgRandomWriter,
+    assert_changelog_exact,
+    assert_mirror_equals_source,
+)
+from test_pipeline import wait_for_batches
+
+from binlog.registry import create_dialect
+from cdc.app.runner import JobFailed
+from cdc.app.sandbox.postgres import PostgresSandbox
+from cdc.model.schema import TableId
+from chunking.chunks import SnapshotSplit
+
+ROWS = 1500
+
+
+def create_table(admin: Any, name: str = "t", rows: int = ROWS) -> None:
+    admin.execute(f"CREATE TABLE {name} (id int PRIMARY KEY, v text, n int)")
+    admin.execute(f"INSERT INTO {name} SELECT i * 2, 'v' || i, i FROM generate_series(0, {rows - 1}) AS i")
+
+
+@pytest.fixture
+def pipeline(spark: Any, postgres_server: PostgresSandbox, pg_database: str, tmp_path: Path) -> Iterator[PgPipeline]:
+    p = PgPipeline(spark, postgres_server, pg_database, tmp_path)
+    yield p
+    p.cleanup()
+
+
+@pytest.fixture
+def pg_admin(pipeline: PgPipeline) -> Iterator[Any]:
+    """An autocommit superuser connection to the pipeline's schema."""
+    with contextlib.closing(pipeline.admin()) as conn:
+        yield conn
+
+
+def check_all(p: PgPipeline) -> None:
+    for table_id, schema in p.schemas().items():
+        assert_mirror_equals_source(p, table_id.table, schema)
+        assert_changelog_exact(p, table_id.table, schema)
+
+
+@pytest.mark.parametrize("async_mirror", [True, False], ids=["mirror-follows", "mirror-inline"])
+def test_snapshot_with_concurrent_writers_is_exact(async_mirror: bool, pipeline: PgPipeline, pg_admin: Any,
+                                                   postgres_server: PostgresSandbox) -> None:
+    pipeline.async_mirror = async_mirror
+    create_table(pg_admin)
+    writer = PgRandomWriter(pipeline, "t", seed=11)
+    with writing(writer):  # type: ignore[arg-type]
+        first = pipeline.run()
+    second = pipeline.run()
+    assert writer.statements > 50
+    assert len(first) >= 4, "many batches: chunks are staged and emitted across batches"
+    assert second
+    check_all(pipeline)
+    reads = sum(1 for op in pipeline.changelog("t")["op"].to_pylist() if op == "r")
+    assert sum(b.snapshot_rows for b in first + second) == reads
+    leftovers = [p for p in pipeline.state_dir.rglob("*") if p.is_file() and ("staged" in p.parts or "chunks" in p.parts)]
+    assert not leftovers, f"state of committed batches was not cleaned up: {leftovers[:3]}"
+    assert pipeline.started_at is not None and pipeline.started_at.is_before(pipeline.slot_confirmed()), \
+        "committed batches released the slot"
+
+
+def test_two_log_readers_take_turns_on_the_slot(pipeline: PgPipeline, pg_admin: Any) -> None:
+    """Chunk emits and the stream read the log in parallel tasks: PostgreSQL serves the slot to
+    one session at a time, so they take turns; the result is still exact."""
+    pipeline.source["log_readers"] = 2
+    create_table(pg_admin)
+    writer = PgRandomWriter(pipeline, "t", seed=17)
+    with writing(writer):  # type: ignore[arg-type]
+        first = pipeline.run()
+    pipeline.run()
+    assert len(first) >= 4
+    check_all(pipeline)
+
+
+@pytest.mark.parametrize(("point", "after"), [
+    ("stage", 1),              # a staging task dies (second chunk staged)
+    ("plan", 1),               # after staging, before the next plan (driver)
+    ("emit", 1),               # an emit task dies
+    ("after_sink_commit", 1),  # Delta committed, Spark's commit log not written
+    ("stream", 0),             # the log phase dies
+    ("mirror", 0),             # a background mirror MERGE dies: the changelog is ahead of it
+])
+def test_crash_and_restart_is_exact(point: str, after: int, pipeline: PgPipeline, pg_admin: Any,
+                                    postgres_server: PostgresSandbox) -> None:
+    create_table(pg_admin)
+    writer = PgRandomWriter(pipeline, "t", seed=hash(point) % 1000)
+    pipeline.arm(point, after=after)
+    with writing(writer):  # type: ignore[arg-type]
+        with pytest.raises((JobFailed, InjectedFault), match=f"injected fault at {point}"):
+            pipeline.run()
+        restarted = pipeline.run()
+    pipeline.run()
+    if point == "after_sink_commit":
+        replayed = restarted[0]
+        assert replayed.snapshot_rows + replayed.change_rows > 0, "the replayed batch had rows"
+        assert not replayed.wrote, f"the replay wrote again: {replayed}"
+    check_all(pipeline)
+
+
+def test_replica_identity_full_and_toast_through_the_pipeline(pipeline: PgPipeline, pg_admin: Any) -> None:
+    big = "".join(chr(0x41 + (i * 7919) % 26) for i in range(200_000))
+    pg_admin.execute("CREATE TABLE t (id int PRIMARY KEY, v text, n int)")
+    pg_admin.execute("ALTER TABLE t ALTER COLUMN v SET STORAGE EXTERNAL")
+    pg_admin.execute("INSERT INTO t SELECT i, CASE WHEN i %% 100 = 0 THEN %s ELSE 'v' || i END, i "
+                     "FROM generate_series(0, 499) AS i", (big,))
+    pipeline.run()
+    pg_admin.execute("UPDATE t SET n = n + 1 WHERE id % 50 = 0")  # TOASTed v unchanged on the even hundreds
+    pg_admin.execute("ALTER TABLE t REPLICA IDENTITY FULL")
+    pg_admin.execute("UPDATE t SET n = n + 1 WHERE id % 100 = 0")
+    pg_admin.execute("UPDATE t SET id = id + 1000 WHERE id = 200")
+    pipeline.run()
+    check_all(pipeline)
+    mirror = {r["id"]: r["v"] for r in pipeline.mirror("t").to_pylist()}
+    assert mirror[0] == big and mirror[1200] == big and mirror[50] == "v50"
+
+
+def test_every_type_lands_in_delta_as_the_snapshot_and_the_stream_read_it(pipeline: PgPipeline, pg_admin: Any) -> None:
+    from test_postgres import TYPE_ROWS, TYPES_DDL
+
+    pg_admin.execute(TYPES_DDL)
+    pg_admin.execute("ALTER TABLE types ADD COLUMN touch int DEFAULT 0")
+    pg_admin.execute("INSERT INTO types VALUES " + ", ".join(TYPE_ROWS))
+    pipeline.run()
+    pg_admin.execute("UPDATE types SET touch = 1")
+    pipeline.run()
+    dialect = create_dialect(pipeline.config().source)
+    schema = pipeline.schemas()[TableId(pipeline.schema, "types")]
+    _, rows = dialect.read_chunk(schema, SnapshotSplit(schema.table_id, 0, "id", None, None))
+    expected = {r["id"]: _stored(r) for r in rows.to_pylist()}
+    mirror = {r["id"]: _stored(r) for r in pipeline.mirror("types").to_pylist()}
+    assert mirror == expected
+    log = pipeline.changelog("types").to_pylist()
+    reads = {r["after"]["id"]: _stored(r["after"]) for r in log if r["op"] == "r"}
+    updates = {r["after"]["id"]: _stored(r["after"]) for r in log if r["op"] == "u"}
+    assert {k: {**v, "touch": 1} for k, v in reads.items()} == updates == expected
+
+
+def _stored(row: dict[str, Any]) -> dict[str, Any]:
+    """A row as Delta stores it (durations as int64 microseconds), NaN comparable."""
+    out = {}
+    for k, v in row.items():
+        if isinstance(v, dt.timedelta):
+            v = v // dt.timedelta(microseconds=1)
+        if isinstance(v, float) and v != v:
+            v = "NaN"
+        out[k] = v
+    return out
+
+
+def test_driver_killed_at_random_moments_is_exact(pipeline: PgPipeline, pg_admin: Any) -> None:
+    """SIGKILL the driver process (its JVM, Python workers and open peeks) several times while a
+    writer runs, then catch up and check: the slot is freed by the server and taken again."""
+    create_table(pg_admin, rows=2000)
+    pipeline.start_reference()
+    spec = json.dumps(pipeline.raw_config())
+    rng = random.Random(7)
+    kills = 0
+    writer = PgRandomWriter(pipeline, "t", seed=5)
+    with writing(writer):  # type: ignore[arg-type]
+        for attempt in range(3):
+            errors = pipeline.workdir / f"driver-{attempt}.err"
+            with open(errors, "w") as err:
+                driver = subprocess.Popen([sys.executable, str(Path(__file__).parent / "driver_process.py"), spec],
+                                          stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True)
+            assert driver.stdout is not None
+            try:
+                wait_for_batches(driver, rng.randint(1, 4))
+            except AssertionError:
+                os.killpg(driver.pid, signal.SIGKILL)
+                raise AssertionError(f"driver {attempt}: {errors.read_text()[-3000:]}") from None
+            time.sleep(rng.uniform(0, 1.5))  # land anywhere in a batch: planning, tasks, commits
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait(timeout=30)
+            kills += 1
+    pipeline.run()
+    assert kills == 3
+    check_all(pipeline)
