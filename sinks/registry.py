@@ -9,9 +9,11 @@ from cdc.model.errors import ConfigError
 from cdc.model.hooks import NO_HOOKS, Hooks
 from sinks.base import Sink
 from sinks.delta.sink import DeltaSink
+from sinks.kafka.sink import KafkaSink
 
 SINKS: dict[str, type[Sink]] = {
     DeltaSink.name: DeltaSink,
+    KafkaSink.name: KafkaSink,
 }
 
 

@@ -119,5 +119,6 @@ def spark() -> Iterator[Any]:
         yield session
     finally:
         session.stop()
+from kafka_broker import kafka_broker  # noqa: E402, F401 - the session's Kafka broker fixture
 
 pytest_plugins = ["postgres_server"]  # the Postgres sandbox fixtures (tests/postgres_server.py)

@@ -25,7 +25,9 @@ from pipeline import (
     Pipeline,
     RandomWriter,
     assert_changelog_exact,
+    assert_kafka_exact,
     assert_mirror_equals_source,
+    kafka_sink,
     writing,
 )
 
@@ -56,9 +58,9 @@ def pipeline(request: pytest.FixtureRequest, spark: Any, mysql_server: Sandbox, 
              tmp_path: Path) -> Iterator[Pipeline]:
     """The pipeline into Delta, with the engine a test is parametrized with (default delta-rs)."""
     p = Pipeline(spark, mysql_server, database, tmp_path)
+    p.engine = getattr(request, "param", "delta-rs")
     yield p
     p.cleanup()
-    p.engine = getattr(request, "param", "delta-rs")
 
 
 def check_all(p: Pipeline) -> None:
@@ -67,9 +69,9 @@ def check_all(p: Pipeline) -> None:
         assert_changelog_exact(p, table_id.table, schema)
 
 
+@ENGINES
 @pytest.mark.parametrize("async_mirror", [True, False], ids=["mirror-follows", "mirror-inline"])
 def test_snapshot_with_concurrent_writers_is_exact(async_mirror: bool, pipeline: Pipeline, admin: Any,
-@ENGINES
                                                    mysql_server: Sandbox) -> None:
     pipeline.async_mirror = async_mirror
     create_table(admin)
@@ -115,9 +117,9 @@ def test_crash_and_restart_is_exact(point: str, after: int, pipeline: Pipeline, 
     check_all(pipeline)
 
 
+@ENGINES
 def test_keys_of_every_kind_through_one_stream(pipeline: Pipeline, admin: Any, mysql_server: Sandbox) -> None:
     with admin.cursor() as cur:
-@ENGINES
         cur.execute("CREATE TABLE composite (a INT, b VARCHAR(10), v INT, PRIMARY KEY (a, b))")
         cur.execute("INSERT INTO composite VALUES " + ",".join(f"({i % 50}, 'k{i}', {i})" for i in range(600)))
         cur.execute("CREATE TABLE strkey (id VARCHAR(20) COLLATE utf8mb4_general_ci PRIMARY KEY, v INT)")
@@ -212,9 +214,9 @@ def test_table_added_to_a_running_checkpoint_is_snapshotted_then_streamed(
     assert TableId(pipeline.database, "second") in pipeline.schemas()
 
 
+@ENGINES
 def test_driver_killed_at_random_moments_is_exact(pipeline: Pipeline, admin: Any, mysql_server: Sandbox) -> None:
     """SIGKILL the driver process several times while writers run, then catch up and check."""
-@ENGINES
     create_table(admin, rows=2000)
     pipeline.started_at = None
     spec = json.dumps(pipeline.raw_config())
@@ -250,9 +252,9 @@ def wait_for_batches(driver: subprocess.Popen[str], n: int, timeout: float = 120
         seen += line.startswith("batch ")
 
 
+@ENGINES
 def test_fan_out_to_two_sinks_is_exact_in_each_across_a_crash_between_their_commits(
     pipeline: Pipeline, admin: Any, mysql_server: Sandbox,
-@ENGINES
 ) -> None:
     """``sink:`` as a list: each sink gets every change exactly once, also when the driver dies
     after the first sink committed a batch and before the second did (the replay completes the
@@ -276,3 +278,109 @@ def test_fan_out_to_two_sinks_is_exact_in_each_across_a_crash_between_their_comm
     for lake in lakes:
         pipeline.lake = lake
         check_all(pipeline)
+
+
+# ---------------------------------------------------------------- the same guarantees into Kafka
+
+@pytest.fixture
+def kafka_pipeline(spark: Any, mysql_server: Sandbox, database: str, tmp_path: Path) -> Iterator[Pipeline]:
+    """A pipeline whose sinks the test sets (Kafka, or Delta with the job's default engine and
+    Kafka): one run, not one per Delta engine."""
+    p = Pipeline(spark, mysql_server, database, tmp_path)
+    yield p
+    p.cleanup()
+
+
+def check_kafka(p: Pipeline, bootstrap: str, prefix: str) -> None:
+    for table_id, schema in p.schemas().items():
+        assert_kafka_exact(p, bootstrap, prefix, table_id.table, schema)
+
+
+def test_kafka_snapshot_with_concurrent_writers_is_exact(kafka_pipeline: Pipeline, admin: Any, mysql_server: Sandbox,
+                                                         kafka_broker: Any) -> None:
+    prefix = f"eo{kafka_pipeline.database}"
+    kafka_pipeline.sinks = [kafka_sink(kafka_pipeline, kafka_broker.bootstrap_servers, prefix)]
+    create_table(admin)
+    writer = RandomWriter(mysql_server, kafka_pipeline.database, "t", seed=11)
+    with writing(writer):
+        first = kafka_pipeline.run()
+    second = kafka_pipeline.run()
+    assert writer.statements > 50 and len(first) >= 4 and second
+    check_kafka(kafka_pipeline, kafka_broker.bootstrap_servers, prefix)
+    staged = [p for p in (kafka_pipeline.workdir / "kafka-staging").rglob("*") if p.is_file()]
+    assert not staged, f"staged messages of committed batches were left behind: {staged[:3]}"
+
+
+@pytest.mark.parametrize(("point", "after"), [
+    ("stage", 1),              # a staging task dies
+    ("plan", 1),               # after staging, before the next plan (driver)
+    ("emit", 1),               # an emit task dies
+    ("stream", 0),             # the binlog phase dies
+    ("sink_commit", 2),        # inside the Kafka transaction: produced, not committed
+    ("after_sink_commit", 1),  # Kafka committed, Spark's commit log not written
+])
+def test_kafka_crash_and_restart_is_exact(point: str, after: int, kafka_pipeline: Pipeline, admin: Any,
+                                          mysql_server: Sandbox, kafka_broker: Any) -> None:
+    prefix = f"eo{kafka_pipeline.database}"
+    kafka_pipeline.sinks = [kafka_sink(kafka_pipeline, kafka_broker.bootstrap_servers, prefix)]
+    create_table(admin)
+    writer = RandomWriter(mysql_server, kafka_pipeline.database, "t", seed=hash(point) % 1000)
+    kafka_pipeline.arm(point, after=after)
+    with writing(writer):
+        with pytest.raises((JobFailed, InjectedFault), match=f"injected fault at {point}"):
+            kafka_pipeline.run()
+        restarted = kafka_pipeline.run()
+    kafka_pipeline.run()
+    if point == "after_sink_commit":
+        replayed = restarted[0]  # Spark replays the batch whose commit log it never wrote
+        assert replayed.snapshot_rows + replayed.change_rows > 0, "the replayed batch had rows"
+        assert not replayed.wrote, f"the replay wrote again: {replayed}"
+    check_kafka(kafka_pipeline, kafka_broker.bootstrap_servers, prefix)
+
+
+def test_fan_out_to_delta_and_kafka_is_exact_in_each_across_a_crash_between_their_commits(
+    kafka_pipeline: Pipeline, admin: Any, mysql_server: Sandbox, kafka_broker: Any,
+) -> None:
+    prefix = f"eo{kafka_pipeline.database}"
+    create_table(admin)
+    # delta-rs: this test is about Kafka next to Delta; the Delta engines have their own fan-out test
+    kafka_pipeline.sinks = [{"type": "delta", "path": str(kafka_pipeline.lake), "engine": "delta-rs"},
+                            kafka_sink(kafka_pipeline, kafka_broker.bootstrap_servers, prefix)]
+    writer = RandomWriter(mysql_server, kafka_pipeline.database, "t", seed=29)
+    kafka_pipeline.arm("between_sinks", after=2)
+    with writing(writer):
+        with pytest.raises((JobFailed, InjectedFault), match="injected fault at between_sinks"):
+            kafka_pipeline.run()
+        restarted = kafka_pipeline.run()
+    kafka_pipeline.run()
+    first, second = restarted[0].committed
+    assert not any(c.snapshot or c.changes for c in first), "Delta already held the batch"
+    assert any(c.snapshot or c.changes for c in second), "Kafka got it on replay"
+    check_all(kafka_pipeline)
+    check_kafka(kafka_pipeline, kafka_broker.bootstrap_servers, prefix)
+
+
+def test_kafka_driver_killed_at_random_moments_is_exact(kafka_pipeline: Pipeline, admin: Any, mysql_server: Sandbox,
+                                                        kafka_broker: Any) -> None:
+    """SIGKILL the driver (and with it the open Kafka transaction) several times while writers
+    run; the restarted job fences the dead producer and each change lands once."""
+    prefix = f"eo{kafka_pipeline.database}"
+    kafka_pipeline.sinks = [kafka_sink(kafka_pipeline, kafka_broker.bootstrap_servers, prefix)]
+    create_table(admin, rows=2000)
+    spec = json.dumps(kafka_pipeline.raw_config())
+    with contextlib.closing(mysql_server.admin.connect()) as conn:
+        kafka_pipeline.started_at = current_offset(conn)
+    rng = random.Random(13)
+    writer = RandomWriter(mysql_server, kafka_pipeline.database, "t", seed=8)
+    with writing(writer):
+        for _ in range(3):
+            driver = subprocess.Popen([sys.executable, str(Path(__file__).parent / "driver_process.py"), spec],
+                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                      start_new_session=True)
+            assert driver.stdout is not None
+            wait_for_batches(driver, rng.randint(1, 4))
+            time.sleep(rng.uniform(0, 1.5))  # land anywhere in a batch, the Kafka commit included
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait(timeout=30)
+    kafka_pipeline.run()
+    check_kafka(kafka_pipeline, kafka_broker.bootstrap_servers, prefix)

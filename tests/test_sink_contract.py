@@ -92,10 +92,57 @@ def _delta(mirror_mode: str, engine: str = "delta-rs") -> SinkKind:
     return SinkKind(make, lambda root, s: _delta_read(root, s, "mirror"), changes)
 
 
+def _kafka() -> SinkKind:
+    """Kafka: the state is the newest message per key (tombstones and deletes remove the key),
+    the changes every change message in topic order, read by a plain read_committed consumer."""
+    import hashlib
+
+    from kafka_broker import read_topic, shared_broker
+
+    from cdc.model.debezium.codec import decode_value
+    from sinks.kafka.config import KafkaSinkConfig
+    from sinks.kafka.sink import KafkaSink
+
+    def config(root: str) -> KafkaSinkConfig:
+        prefix = "contract-" + hashlib.sha1(root.encode()).hexdigest()[:12]  # one topic per test
+        return KafkaSinkConfig(bootstrap_servers=shared_broker().bootstrap_servers, topic_prefix=prefix,
+                               partitions=3, staging_path=f"{root}/kafka-staging",
+                               bigint_unsigned_handling_mode="precise")
+
+    def make(root: str, job_id: str, hooks: Any) -> Sink:
+        return KafkaSink(config(root), job_id, hooks=hooks)
+
+    def changes(root: str, schema: TableSchema) -> list[dict[str, Any]]:
+        c = config(root)
+        out = []
+        for r in read_topic(c.bootstrap_servers, c.topic(schema.table_id)):
+            record = decode_value(r.value, schema, options=c.debezium_options())
+            if record is not None:
+                out.append({"op": record.op, "before": record.before, "after": record.after,
+                            "source": {"file": record.source.file, "pos": record.source.pos,
+                                       "row": record.source.row}})
+        return out
+
+    def state(root: str, schema: TableSchema) -> list[dict[str, Any]]:
+        c = config(root)
+        rows: dict[bytes | None, dict[str, Any]] = {}
+        for r in read_topic(c.bootstrap_servers, c.topic(schema.table_id)):
+            record = decode_value(r.value, schema, options=c.debezium_options())
+            if record is None or record.op == "d":
+                rows.pop(r.key, None)
+            else:
+                assert record.after is not None
+                rows[r.key] = record.after
+        return list(rows.values())
+
+    return SinkKind(make, state, changes)
+
+
 SINK_KINDS = {
     "delta-async-mirror": _delta("async"),
     "delta-inline-mirror": _delta("inline"),
     "delta-spark": _delta("async", "delta-spark"),
+    "kafka": _kafka(),
 }
 
 

@@ -25,6 +25,16 @@ def _mysql() -> tuple[list[str], Callable[[], None]]:
     return lines, box.stop
 
 
+def _kafka() -> tuple[list[str], Callable[[], None]]:
+    from cdc.app.sandbox.kafka import start_kafka_sandbox
+
+    box = start_kafka_sandbox()
+    lines = [f"Apache Kafka (KRaft, one broker+controller) on {box.bootstrap_servers}",
+             f"  sink: {{type: kafka, bootstrap_servers: '{box.bootstrap_servers}'}}",
+             f"  logs: {box.log_file}"]
+    return lines, box.stop
+
+
 def _postgres() -> tuple[list[str], Callable[[], None]]:
     from cdc.app.sandbox.postgres import start_postgres
 
@@ -38,7 +48,7 @@ def _postgres() -> tuple[list[str], Callable[[], None]]:
     return lines, box.stop
 
 
-SANDBOXES: dict[str, Callable[[], tuple[list[str], Callable[[], None]]]] = {"mysql": _mysql,
+SANDBOXES: dict[str, Callable[[], tuple[list[str], Callable[[], None]]]] = {"mysql": _mysql, "kafka": _kafka,
                                                                             "postgres": _postgres}
 
 

@@ -73,6 +73,7 @@ class Spec(NamedTuple):
     parameters: dict[str, str] | None = None
     fields: tuple[dict[str, Any], ...] | None = None  # struct members (spatial types)
     doc: str | None = None
+    zero: Any = None  # the JSON value of a zero date in a NOT NULL column (Debezium: the epoch)
 
 
 class FieldCodec(NamedTuple):
@@ -82,6 +83,7 @@ class FieldCodec(NamedTuple):
     schema: dict[str, Any]
     encode: Converter
     decode: Converter
+    zero: Any = None  # what a null becomes (NOT NULL temporal columns: the epoch), else None
 
 
 def field_schema(spec: Spec, *, field: str | None, optional: bool) -> dict[str, Any]:
@@ -110,7 +112,8 @@ def spec_for(column: Column, options: DebeziumOptions) -> Spec:
 def table_codecs(schema: TableSchema, options: DebeziumOptions) -> tuple[FieldCodec, ...]:
     """The codecs of a table's columns, in column order (cached per schema and options)."""
     return tuple(
-        FieldCodec(c.name, field_schema(s, field=c.name, optional=c.nullable), s.encode, s.decode)
+        FieldCodec(c.name, field_schema(s, field=c.name, optional=c.nullable), s.encode, s.decode,
+                   None if c.nullable else s.zero)
         for c in schema.columns
         for s in (spec_for(c, options),)
     )
@@ -142,6 +145,17 @@ def _signed_or_wider(signed: str, unsigned: str) -> Callable[[Column, DebeziumOp
 
 def _unsigned(c: Column) -> bool:
     return "unsigned" in c.column_type
+
+
+def _float(c: Column, o: DebeziumOptions) -> Spec:
+    """FLOAT is Connect FLOAT32, written as Java's Float.toString does (shortest round-trip
+    decimal). FLOAT(M,D) is FLOAT64 (Debezium's mapping), the value rounded to its D digits as
+    the server shows it (``3.14``, not the float32's ``3.140000104904175``)."""
+    m = re.match(r"float\(\d+,(\d+)\)", c.column_type)
+    if m is None:
+        return Spec("float", v.enc_float32, v.dec_float32)
+    digits = int(m.group(1))
+    return Spec("double", lambda x: round(v.enc_float32(x), digits), v.dec_float)
 
 
 def _tinyint(c: Column, o: DebeziumOptions) -> Spec:
@@ -185,16 +199,16 @@ def _decimal(c: Column, o: DebeziumOptions) -> Spec:
 def _date(c: Column, o: DebeziumOptions) -> Spec:
     connect = o.time_precision_mode == "connect"
     name = "org.apache.kafka.connect.data.Date" if connect else "io.debezium.time.Date"
-    return Spec("int32", v.enc_date, v.dec_date, name, 1)
+    return Spec("int32", v.enc_date, v.dec_date, name, 1, zero=0)
 
 
 def _datetime(c: Column, o: DebeziumOptions) -> Spec:
     if o.time_precision_mode == "connect":
         return Spec("int64", v.enc_millis, v.dec_millis,
-                    "org.apache.kafka.connect.data.Timestamp", 1)
+                    "org.apache.kafka.connect.data.Timestamp", 1, zero=0)
     if (c.datetime_precision or 0) <= 3:
-        return Spec("int64", v.enc_millis, v.dec_millis, "io.debezium.time.Timestamp", 1)
-    return Spec("int64", v.enc_micros, v.dec_micros, "io.debezium.time.MicroTimestamp", 1)
+        return Spec("int64", v.enc_millis, v.dec_millis, "io.debezium.time.Timestamp", 1, zero=0)
+    return Spec("int64", v.enc_micros, v.dec_micros, "io.debezium.time.MicroTimestamp", 1, zero=0)
 
 
 def _time(c: Column, o: DebeziumOptions) -> Spec:
@@ -207,7 +221,7 @@ def _time(c: Column, o: DebeziumOptions) -> Spec:
 def _timestamp(c: Column, o: DebeziumOptions) -> Spec:
     fsp = c.datetime_precision or 0
     return Spec("string", lambda x: v.zoned_timestamp(x, fsp), v.parse_zoned_timestamp,
-                "io.debezium.time.ZonedTimestamp", 1)
+                "io.debezium.time.ZonedTimestamp", 1, zero="1970-01-01T00:00:00Z")
 
 
 def _bit(c: Column, o: DebeziumOptions) -> Spec:
@@ -270,7 +284,7 @@ _SPECS: dict[str, Callable[[Column, DebeziumOptions], Spec]] = {
     "int": _signed_or_wider("int32", "int64"),
     "integer": _signed_or_wider("int32", "int64"),
     "bigint": _bigint,
-    "float": _plain("float"),
+    "float": _float,
     "double": _plain("double"),
     "real": _plain("double"),
     "decimal": _decimal,
@@ -360,7 +374,7 @@ _BY_NAME: dict[str, Converter] = {
 }
 _BY_TYPE: dict[str, Converter] = {
     "int8": v.dec_int, "int16": v.dec_int, "int32": v.dec_int, "int64": v.dec_int,
-    "float": v.dec_float, "double": v.dec_float, "boolean": v.dec_bool,
+    "float": v.dec_float32, "double": v.dec_float, "boolean": v.dec_bool,
     "string": v.dec_str, "bytes": v.dec_b64,
 }
 

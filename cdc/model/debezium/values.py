@@ -60,6 +60,30 @@ def dec_float(v: Any) -> float:
     return float(v)
 
 
+def to_float32(v: float) -> float:
+    """``v`` rounded to the nearest single-precision float (as a Python float)."""
+    try:
+        return float(struct.unpack("<f", struct.pack("<f", v))[0])
+    except OverflowError:  # beyond float32's range: infinite, as Java's (float) cast makes it
+        return float("inf") if v > 0 else float("-inf")
+
+
+def enc_float32(v: float) -> float:
+    """A FLOAT value as the shortest decimal that reads back to the same float32 (Java's
+    ``Float.toString``: 3.14, not 3.140000104904175)."""
+    f = to_float32(float(v))
+    for digits in range(1, 10):
+        candidate = float(f"{f:.{digits}g}")
+        if to_float32(candidate) == f:
+            return candidate
+    return f  # NaN or infinite
+
+
+def dec_float32(v: Any) -> float:
+    """A JSON number as the float32 it denotes."""
+    return to_float32(dec_float(v))
+
+
 # --- binary ----------------------------------------------------------------------------------
 
 

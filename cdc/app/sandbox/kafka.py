@@ -1,0 +1,184 @@
+"""A throwaway Apache Kafka broker for tests and demos: KRaft combined mode from ``jars/kafka``.
+
+Runs on the machine that calls it (the driver or a test process). :class:`KafkaSandbox` formats a
+KRaft log directory in a temp folder (``kafka.tools.StorageTool format``), writes
+``server.properties`` (one node that is broker and controller, loopback listeners on free ports,
+replication factor 1 for the internal topics, transactions enabled) and a log4j2 configuration
+that logs to ``kafka.log`` in the same folder, then starts ``kafka.Kafka`` and waits until it
+answers a metadata request. :meth:`KafkaSandbox.restart` stops the JVM and starts it again on
+the same ports and log directory (the broker-restart fault tests); :meth:`KafkaSandbox.stop`
+kills it and removes the folder. No Docker, no download: the jars come from ``make setup``.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient
+
+from cdc.app.sandbox.mysql import SandboxError, free_port
+from cdc.spark.jars import kafka_classpath
+
+_LOG4J2 = """\
+status = warn
+appender.file.type = File
+appender.file.name = FILE
+appender.file.fileName = {log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = FILE
+logger.kafka.name = kafka
+logger.kafka.level = INFO
+logger.state.name = state.change.logger
+logger.state.level = WARN
+"""
+
+
+class KafkaSandbox:
+    """One Kafka node (broker + controller) on loopback, in its own temp folder (driver side).
+
+    Args:
+        base_dir: where to create the folder (a fresh temp dir by default; removed on stop).
+        heap: the JVM's ``-Xmx`` (small: tests share a 2-core machine).
+        extra: more ``server.properties`` entries (e.g. ``{"message.max.bytes": "2000"}``).
+    """
+
+    def __init__(self, base_dir: str | None = None, heap: str = "512m",
+                 extra: dict[str, str] | None = None) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="kafka-sandbox-", dir=base_dir))
+        self.port = free_port()
+        self.controller_port = free_port()
+        self.heap = heap
+        self.extra = dict(extra or {})
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._formatted = False
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """``host:port`` of the broker's client listener."""
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def log_file(self) -> Path:
+        return self.dir / "kafka.log"
+
+    def _properties(self) -> str:
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "log.dirs": str(self.dir / "data"),
+            "num.partitions": "1",
+            "auto.create.topics.enable": "false",
+            "offsets.topic.replication.factor": "1",
+            "offsets.topic.num.partitions": "1",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "transaction.state.log.num.partitions": "1",
+            "share.coordinator.state.topic.replication.factor": "1",
+            "share.coordinator.state.topic.min.isr": "1",
+            "group.initial.rebalance.delay.ms": "0",
+            "log.cleaner.backoff.ms": "1000",
+            **self.extra,
+        }
+        return "".join(f"{k}={v}\n" for k, v in props.items())
+
+    def _java(self, main: str, *args: str) -> list[str]:
+        java = shutil.which("java")
+        if java is None:
+            raise SandboxError("java not found: install a JDK 17+ (`make setup` does it: "
+                               "apt-get install openjdk-17-jre-headless)")
+        return [java, f"-Xmx{self.heap}", "-Xms128m", "-XX:+UseSerialGC",
+                f"-Dlog4j2.configurationFile={self.dir / 'log4j2.properties'}",
+                f"-Dkafka.logs.dir={self.dir}", "-cp", kafka_classpath(), main, *args]
+
+    def _format(self) -> None:
+        (self.dir / "server.properties").write_text(self._properties())
+        (self.dir / "log4j2.properties").write_text(_LOG4J2.format(log=self.log_file))
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
+        done = subprocess.run(
+            self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c",
+                       str(self.dir / "server.properties")),
+            capture_output=True, text=True, timeout=120, check=False)
+        if done.returncode != 0:
+            raise SandboxError(f"kafka-storage format failed ({done.returncode}): "
+                               f"{(done.stderr or done.stdout)[-2000:]}")
+        self._formatted = True
+
+    def start(self, timeout: float = 90.0) -> KafkaSandbox:
+        """Format the log directory (first start only), start the JVM, wait until it answers.
+
+        Raises:
+            SandboxError: no java, the jars are missing, or the broker did not come up in time.
+        """
+        if not self._formatted:
+            self._format()
+        out = open(self.dir / "stdout.log", "ab")  # noqa: SIM115 - the child keeps it open
+        try:
+            self.proc = subprocess.Popen(
+                self._java("kafka.Kafka", str(self.dir / "server.properties")),
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        finally:
+            out.close()
+        self._wait_ready(timeout)
+        return self
+
+    def _wait_ready(self, timeout: float) -> None:
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
+        deadline = time.monotonic() + timeout
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                tail = self.log_file.read_text(errors="replace")[-2000:] if self.log_file.exists() else ""
+                raise SandboxError(f"kafka exited with code {self.proc.returncode} during start-up:\n{tail}")
+            try:
+                meta = admin.list_topics(timeout=2)
+                if meta.brokers:
+                    return
+            except Exception as exc:  # not listening yet
+                last = exc
+            time.sleep(0.2)
+        raise SandboxError(f"kafka on {self.bootstrap_servers} not ready after {timeout:.0f}s: {last}")
+
+    def kill(self) -> None:
+        """Kill the JVM at once (SIGKILL), keeping its data: the broker is lost."""
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=30)
+        self.proc = None
+
+    def restart(self, timeout: float = 90.0) -> None:
+        """Kill the JVM and start it again on the same ports and log directory."""
+        self.kill()
+        self.start(timeout)
+
+    def stop(self) -> None:
+        """Kill the JVM and remove the folder."""
+        self.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def start_kafka_sandbox() -> KafkaSandbox:
+    """Start a sandbox broker (see :class:`KafkaSandbox`)."""
+    box = KafkaSandbox()
+    try:
+        return box.start()
+    except BaseException:
+        box.stop()
+        raise

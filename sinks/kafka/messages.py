@@ -1,0 +1,216 @@
+"""Change rows as Kafka messages (Debezium JSON), and the staged files that carry them.
+
+Executor side (:class:`KafkaStageWriter`): one writer call encodes one table's change rows with
+:mod:`cdc.model.debezium` (key = the primary-key struct, value = the envelope, in the table's
+change order) and writes them as one Arrow IPC file under the job's staging folder. A delete is
+followed by its tombstone (unless ``tombstones_on_delete: false``). The file holds, per message:
+``key``, ``value`` (null for a tombstone), ``op`` and ``pos`` (the change's log position, which
+the driver uses to recognise a primary-key update's delete + create pair).
+
+Driver side (:func:`read_staged`): the commit reads the files back, in the order the batch lists
+them, and :func:`with_headers` adds Debezium's ``__debezium.newkey``/``__debezium.oldkey``
+headers to the messages of a primary-key update.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.ipc as ipc
+
+from cdc.model.debezium.codec import ChangeRecord, DebeziumFormatError, SourceInfo, TableEncoder
+from cdc.model.schema import TableSchema
+from sinks.base import InvalidChangeBatch, SinkError, SinkWriter, StreamKind
+from sinks.changes import normalize
+from sinks.kafka.config import KafkaSinkConfig
+
+MESSAGE_SCHEMA = pa.schema([
+    pa.field("key", pa.binary()),
+    pa.field("value", pa.binary()),
+    pa.field("op", pa.string()),
+    pa.field("pos", pa.string()),
+])
+NEW_KEY_HEADER = "__debezium.newkey"
+OLD_KEY_HEADER = "__debezium.oldkey"
+_IPC_OPTIONS = ipc.IpcWriteOptions(compression="lz4")  # repeated JSON schemas shrink ~20x
+_RECORD_OVERHEAD = 128  # bytes a record's framing may add to its key and value
+
+
+class MessageTooLarge(SinkError):
+    """One change encodes to a message over the producer's size limit."""
+
+
+@dataclass(frozen=True)
+class Message:
+    """One Kafka message of a change (driver side).
+
+    Attributes:
+        key: the key JSON (None for a table without a primary key).
+        value: the envelope JSON; None for a tombstone.
+        op: the change's op (a tombstone carries its delete's ``d``).
+        pos: the change's log position, ``file:pos:row``.
+        headers: Debezium's primary-key-update headers, when any.
+    """
+
+    key: bytes | None
+    value: bytes | None
+    op: str
+    pos: str
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+
+def staging_fs(path: str) -> tuple[pafs.FileSystem, str]:
+    """The file system and path of a staging folder (a local path or a pyarrow URI)."""
+    if "://" not in path:
+        return pafs.LocalFileSystem(), path
+    fs, root = pafs.FileSystem.from_uri(path)
+    return fs, root
+
+
+class KafkaStageWriter(SinkWriter):
+    """The Kafka sink's executor side: encode change rows, stage them as one file per call.
+
+    Args:
+        config: the sink configuration (picklable; ``producer`` stays out of ``repr``).
+        staging: the job's staging folder (:meth:`KafkaSinkConfig.staging_root`).
+    """
+
+    def __init__(self, config: KafkaSinkConfig, staging: str) -> None:
+        self.config = config
+        self.staging = staging
+
+    def __repr__(self) -> str:
+        return f"KafkaStageWriter({self.staging!r})"
+
+    def write(self, schema: TableSchema, rows: pa.Table, stream: StreamKind) -> list[dict[str, Any]]:
+        batch = normalize(rows, schema)
+        if batch.num_rows == 0:
+            return []
+        if stream == "snapshot" and set(batch["op"].to_pylist()) != {"r"}:
+            raise InvalidChangeBatch("snapshot rows must all have op 'r'", table=str(schema.table_id))
+        table = encode_rows(self.config, schema, batch)
+        fs, root = staging_fs(self.staging)
+        folder = f"{root}/{_safe(str(schema.table_id))}"
+        fs.create_dir(folder, recursive=True)
+        name = f"{stream}-{uuid.uuid4().hex}.arrow"
+        with fs.open_output_stream(f"{folder}/{name}") as out, \
+                ipc.new_file(out, MESSAGE_SCHEMA, options=_IPC_OPTIONS) as w:
+            w.write_table(table)
+        return [{"file": f"{_safe(str(schema.table_id))}/{name}", "messages": table.num_rows,
+                 "rows": batch.num_rows}]
+
+
+def _safe(name: str) -> str:
+    return name.replace("/", "_")
+
+
+def encode_rows(config: KafkaSinkConfig, schema: TableSchema, batch: pa.Table) -> pa.Table:
+    """Encode normalized change rows as messages (:data:`MESSAGE_SCHEMA`), in row order.
+
+    Raises:
+        InvalidChangeBatch: a value cannot be encoded with the table's schema.
+        MessageTooLarge: a message exceeds ``message.max.bytes``.
+    """
+    encoder = TableEncoder(schema, schemas_enabled=config.schemas_enable, options=config.debezium_options())
+    limit = config.max_message_bytes()
+    keys: list[bytes | None] = []
+    values: list[bytes | None] = []
+    ops: list[str] = []
+    positions: list[str] = []
+    for row in batch.to_pylist():
+        record = _record(row, schema)
+        try:
+            key = encoder.key(record)
+            value = encoder.value(record)
+        except DebeziumFormatError as exc:
+            raise InvalidChangeBatch(str(exc), table=str(schema.table_id)) from None
+        size = len(value) + len(key or b"") + _RECORD_OVERHEAD
+        if size > limit:
+            raise MessageTooLarge(
+                f"the {record.op!r} change of {schema.table_id} with key {(key or b'').decode()[:200]} "
+                f"encodes to {size} bytes, over the limit of {limit}: raise the sink's "
+                f"producer `message.max.bytes` (Java clients: `max.request.size`) and the topic's "
+                f"`max.message.bytes` (broker `message.max.bytes`)", table=str(schema.table_id))
+        s = row["source"]
+        pos = f"{s['file']}:{s['pos']}:{s['row'] or 0}"
+        keys.append(key)
+        values.append(value)
+        ops.append(record.op)
+        positions.append(pos)
+        if record.op == "d" and config.tombstones_on_delete:
+            keys.append(key)
+            values.append(None)
+            ops.append("d")
+            positions.append(pos)
+    return pa.Table.from_arrays([pa.array(keys, pa.binary()), pa.array(values, pa.binary()),
+                                 pa.array(ops, pa.string()), pa.array(positions, pa.string())],
+                                schema=MESSAGE_SCHEMA)
+
+
+def _record(row: dict[str, Any], schema: TableSchema) -> ChangeRecord:
+    """A change row (Arrow ``to_pylist`` form) as the Debezium module's record; ``source.db`` and
+    ``source.table`` name the table the rows were staged for."""
+    s = row["source"]
+    ts = int(row["ts_ms"] if row["ts_ms"] is not None else s["ts_ms"] or 0)
+    source = SourceInfo(
+        version=s["version"] or "", connector=s["connector"] or "mysql", name=s["name"] or "",
+        ts_ms=int(s["ts_ms"] or 0), snapshot=s["snapshot"] or "false", db=schema.table_id.db,
+        ts_us=int(s["ts_ms"] or 0) * 1000, ts_ns=int(s["ts_ms"] or 0) * 1_000_000,
+        table=schema.table_id.table, server_id=int(s.get("server_id") or 0), gtid=s.get("gtid"),
+        file=s.get("file") or "", pos=int(s.get("pos") or 0), row=int(s.get("row") or 0),
+        thread=s.get("thread"), query=s.get("query"))
+    return ChangeRecord(row["op"], row["before"], row["after"], source, ts, ts * 1000, ts * 1_000_000)
+
+
+def read_staged(staging: str, files: list[dict[str, Any]]) -> Iterator[Message]:
+    """Driver side: the messages of staged files, file by file in the given order."""
+    fs, root = staging_fs(staging)
+    for f in files:
+        with fs.open_input_file(f"{root}/{f['file']}") as source:
+            table = ipc.open_file(source).read_all()
+        for key, value, op, pos in zip(*(table[c].to_pylist() for c in MESSAGE_SCHEMA.names),
+                                       strict=True):
+            yield Message(key, value, op, pos)
+
+
+def with_headers(messages: Iterator[Message], schemas_enable: bool) -> Iterator[Message]:
+    """Add Debezium's headers to primary-key updates: a ``d`` (and its tombstone) followed by a
+    ``c`` at the same log position is one update; the delete and tombstone carry
+    ``__debezium.newkey`` (the new key), the create ``__debezium.oldkey`` (the old key).
+
+    The header value is the key's payload JSON (what Kafka Connect's SimpleHeaderConverter
+    writes for a struct).
+    """
+    pending: list[Message] = []
+    for m in messages:
+        if m.op == "d" and pending and pending[0].pos == m.pos and pending[0].key == m.key:
+            pending.append(m)  # the tombstone of the delete waiting
+            continue
+        if m.op == "c" and pending and pending[0].pos == m.pos and m.key is not None:
+            old = _payload(pending[0].key, schemas_enable)
+            new = _payload(m.key, schemas_enable)
+            for p in pending:
+                yield Message(p.key, p.value, p.op, p.pos, ((NEW_KEY_HEADER, new),))
+            pending = []
+            yield Message(m.key, m.value, m.op, m.pos, ((OLD_KEY_HEADER, old),))
+            continue
+        yield from pending
+        pending = []
+        if m.op == "d" and m.value is not None:
+            pending = [m]
+        else:
+            yield m
+    yield from pending
+
+
+def _payload(key: bytes | None, schemas_enable: bool) -> bytes:
+    """A key message's payload JSON (without the schema wrapper)."""
+    if key is None or not schemas_enable:
+        return key or b""
+    return orjson.dumps(orjson.loads(key)["payload"])

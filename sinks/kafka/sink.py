@@ -1,0 +1,268 @@
+"""The Kafka sink (``type: kafka``): Debezium JSON change events, exactly once per batch.
+
+Executor side (:class:`~sinks.kafka.messages.KafkaStageWriter`): change rows are encoded and
+staged as files of messages under the job's staging folder; nothing reaches Kafka yet.
+
+Driver side (:class:`KafkaSink`), once per batch: every staged message of the batch (per table,
+snapshot rows first, then changes in log order) is produced inside ONE Kafka transaction, whose
+``transactional.id`` is derived from the job id, together with a marker ``(job, batch)`` in the
+compacted control topic. A ``read_committed`` consumer sees all of a batch or none of it.
+
+* :meth:`KafkaSink.open` creates missing topics, starts the transactional producer
+  (``init_transactions`` fences any older producer of the job and aborts its open transaction, or
+  completes one it had asked to commit), then reads the control topic to learn the newest batch
+  the job committed.
+* :meth:`KafkaSink.commit` skips a batch at or below that one (Spark replays a batch whose
+  ``commits/N`` it never wrote), else produces it. Only this producer can commit for the job
+  (fencing), so the number read at open stays true while the producer lives; after any failed
+  attempt the producer is replaced and the control topic read again, because a commit that timed
+  out may still have committed. Brokers lost mid-commit: retried with doubling backoff, then a
+  clear error; the replay after a restart writes the batch exactly once.
+
+docs/kafka.md states the protocol and how it holds at each crash point.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Iterable, Iterator
+from itertools import chain
+from typing import Any, ClassVar
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from cdc.model.config import SinkConfig
+from cdc.model.errors import ConfigError
+from cdc.model.hooks import NO_HOOKS, Hooks
+from cdc.model.schema import TableId, TableSchema
+from sinks.base import Committed, Sink, SinkError, SinkWriter, TableBatch
+from sinks.kafka.config import KafkaSinkConfig
+from sinks.kafka.control import (
+    KafkaUnreachable,
+    admin_client,
+    ensure_topics,
+    kafka_error,
+    last_committed_batch,
+    marker,
+)
+from sinks.kafka.messages import (
+    KafkaStageWriter,
+    Message,
+    MessageTooLarge,
+    read_staged,
+    staging_fs,
+    with_headers,
+)
+
+log = logging.getLogger(__name__)
+
+
+class ProducerFenced(SinkError):
+    """Another run of the same job started a producer with this job's transactional id."""
+
+
+class KafkaCommitFailed(SinkError):
+    """A batch could not be committed to Kafka after the configured retries."""
+
+
+class _Retry(Exception):
+    """An attempt failed in a way a new attempt (with a new producer) may fix."""
+
+
+class KafkaSink(Sink):
+    """Debezium JSON in ``<topic_prefix>.<db>.<table>`` topics, one transaction per batch."""
+
+    name: ClassVar[str] = "kafka"
+    config_class: ClassVar[type[SinkConfig]] = KafkaSinkConfig
+
+    def __init__(self, config: SinkConfig, job_id: str, spark: Any | None = None,
+                 hooks: Hooks = NO_HOOKS) -> None:
+        if not isinstance(config, KafkaSinkConfig):
+            raise ConfigError(f"the kafka sink needs a KafkaSinkConfig, not {type(config).__name__}")
+        super().__init__(config, job_id, spark, hooks)
+        self.kafka = config
+        self.staging = config.staging_root(job_id)
+        self.transactional_id = f"spark-cdc-{job_id}"
+        self.producer: Producer | None = None
+        self.last_batch: int | None = None  # None: unknown, read the control topic first
+        self.topics: set[str] = set()  # topics known to exist
+
+    def describe(self) -> str:
+        return f"kafka at {self.kafka.bootstrap_servers} (topics {self.kafka.topic_prefix}.<db>.<table>)"
+
+    def writer(self) -> SinkWriter:
+        return KafkaStageWriter(self.kafka, self.staging)
+
+    # --- start-up --------------------------------------------------------------------------
+
+    def open(self, schemas: dict[TableId, TableSchema]) -> None:
+        self._ensure_topics(schemas)
+        self._clear_staging()  # files of a crashed run: their batch will be staged again
+        try:
+            self._recover()
+        except _Retry as exc:
+            raise KafkaUnreachable(
+                f"cannot start the transactional producer at bootstrap_servers="
+                f"{self.kafka.bootstrap_servers} ({exc}): check `bootstrap_servers` and that the "
+                f"brokers allow transactions", servers=self.kafka.bootstrap_servers) from None
+
+    def _ensure_topics(self, schemas: Iterable[TableId]) -> None:
+        """Create the topics of ``schemas`` (and the control topic) that this sink has not seen."""
+        wanted = {self.kafka.topic(t) for t in schemas} - self.topics
+        if wanted or not self.topics:
+            ensure_topics(admin_client(self.kafka), self.kafka, sorted(wanted))
+            self.topics |= wanted | {self.kafka.commits_topic()}
+
+    def _clear_staging(self) -> None:
+        fs, root = staging_fs(self.staging)
+        fs.create_dir(root, recursive=True)
+        fs.delete_dir_contents(root, missing_dir_ok=True)
+
+    def _recover(self) -> None:
+        """Start a producer (fencing older ones) and read the newest committed batch."""
+        self._drop_producer()
+        try:
+            producer = Producer(self._producer_settings())
+        except KafkaException as exc:  # librdkafka names the setting, never its value
+            raise SinkError(f"invalid Kafka client settings in the sink's `producer`: {exc}") from None
+        try:
+            producer.init_transactions(self.kafka.connect_timeout_s)
+        except KafkaException as exc:
+            err = kafka_error(exc)
+            if err is not None and err.fatal():
+                raise ProducerFenced(f"cannot start the transactional producer: {err.str()}") from None
+            raise _Retry(err.str() if err is not None else str(exc)) from None
+        self.producer = producer
+        self.last_batch = last_committed_batch(
+            self.kafka, self.job_id, self.kafka.connect_timeout_s + self.kafka.transaction_timeout_ms / 1000)
+
+    def _producer_settings(self) -> dict[str, Any]:
+        settings: dict[str, Any] = {"partitioner": "murmur2_random", "linger.ms": 20,
+                                    "log_level": 3, **self.kafka.client_settings()}
+        settings.update({"transactional.id": self.transactional_id, "enable.idempotence": True,
+                         "transaction.timeout.ms": self.kafka.transaction_timeout_ms})
+        return settings
+
+    def _drop_producer(self) -> None:
+        if self.producer is not None:
+            # discard what it still holds: a new producer replaces the whole transaction
+            with contextlib.suppress(KafkaException):
+                self.producer.purge(in_queue=True, in_flight=True, blocking=False)
+        self.producer = None
+        self.last_batch = None
+
+    # --- commit ----------------------------------------------------------------------------
+
+    def commit(self, batch_id: int, tables: list[TableBatch]) -> list[Committed]:
+        ordered = sorted(tables, key=lambda b: b.schema.table_id)
+        delay = self.kafka.retry_backoff_s
+        last_error = ""
+        for attempt in range(self.kafka.commit_retries + 1):
+            try:
+                if self.producer is None or self.last_batch is None:
+                    self._recover()
+                assert self.last_batch is not None
+                if batch_id <= self.last_batch or not any(b.snapshot or b.changes for b in ordered):
+                    self._remove_staged(ordered)
+                    return [Committed(str(b.schema.table_id), False, False) for b in ordered]
+                self._ensure_topics(b.schema.table_id for b in ordered)  # a table added mid-run
+                counts = self._transaction(batch_id, ordered)
+                self.last_batch = batch_id
+                self._remove_staged(ordered)
+                log.info("kafka: batch %d committed (%s)", batch_id, counts)
+                return [Committed(str(b.schema.table_id), bool(b.snapshot), bool(b.changes)) for b in ordered]
+            except (_Retry, KafkaUnreachable) as exc:
+                last_error = str(exc)
+                self._drop_producer()
+                if attempt < self.kafka.commit_retries:
+                    log.warning("kafka: batch %d attempt %d failed (%s); retrying in %.1fs", batch_id,
+                                attempt + 1, last_error, delay)
+                    time.sleep(delay)
+                    delay *= 2
+            except BaseException:
+                self._drop_producer()  # an unknown state: the next commit starts afresh
+                raise
+        raise KafkaCommitFailed(
+            f"could not commit batch {batch_id} to Kafka at bootstrap_servers="
+            f"{self.kafka.bootstrap_servers} in {self.kafka.commit_retries + 1} attempts (last: "
+            f"{last_error}): check the brokers, then restart the job; the batch is replayed and "
+            f"lands exactly once", batch=batch_id)
+
+    def _transaction(self, batch_id: int, tables: list[TableBatch]) -> dict[str, int]:
+        """Produce one batch and its marker in one transaction; commit it."""
+        producer = self.producer
+        assert producer is not None
+        failures: list[tuple[KafkaError, str, bytes | None]] = []
+
+        def delivered(err: KafkaError | None, msg: Any) -> None:
+            if err is not None:
+                failures.append((err, msg.topic(), msg.key()))
+
+        counts: dict[str, int] = {}
+        try:
+            producer.begin_transaction()
+            for batch in tables:
+                topic = self.kafka.topic(batch.schema.table_id)
+                n = 0
+                for m in self._messages(batch):
+                    self._produce(producer, topic, m, delivered)
+                    n += 1
+                counts[topic] = n
+            key, value = marker(self.job_id, batch_id, counts)
+            self._produce(producer, self.kafka.commits_topic(), Message(key, value, "", ""), delivered)
+            left = producer.flush(self.kafka.commit_timeout_s)
+            self._check(failures, batch_id)
+            if left:
+                raise _Retry(f"{left} messages not acknowledged within {self.kafka.commit_timeout_s:g}s")
+            self.hooks.reached("sink_commit")  # crash tests: produced, not committed
+            producer.commit_transaction(self.kafka.commit_timeout_s)
+        except KafkaException as exc:
+            err = kafka_error(exc)
+            if err is not None and err.fatal():
+                raise ProducerFenced(
+                    f"the producer of job {self.job_id} was fenced ({err.str()}): another run of the "
+                    f"same job (checkpoint) is writing; stop one of them") from None
+            raise _Retry(err.str() if err is not None else str(exc)) from None
+        return counts
+
+    def _messages(self, batch: TableBatch) -> Iterator[Message]:
+        snapshot = read_staged(self.staging, batch.snapshot)
+        changes = with_headers(read_staged(self.staging, batch.changes), self.kafka.schemas_enable)
+        return chain(snapshot, changes)
+
+    @staticmethod
+    def _produce(producer: Producer, topic: str, m: Message, delivered: Any) -> None:
+        while True:
+            try:
+                producer.produce(topic, value=m.value, key=m.key, headers=list(m.headers) or None,
+                                 on_delivery=delivered)
+                return
+            except BufferError:  # the local queue is full: let deliveries drain it
+                producer.poll(0.05)
+
+    def _check(self, failures: list[tuple[KafkaError, str, bytes | None]], batch_id: int) -> None:
+        if not failures:
+            return
+        err, topic, key = failures[0]
+        if err.code() == KafkaError.MSG_SIZE_TOO_LARGE:
+            raise MessageTooLarge(
+                f"a message of topic {topic!r} with key {(key or b'').decode('utf-8', 'replace')[:200]} "
+                f"is over the size limit ({err.str()}): raise the topic's `max.message.bytes` (broker "
+                f"`message.max.bytes`) and the sink's producer `message.max.bytes` (Java: "
+                f"`max.request.size`)", topic=topic)
+        if err.fatal():
+            raise ProducerFenced(f"the producer of job {self.job_id} failed for good: {err.str()}")
+        raise _Retry(f"batch {batch_id}: delivery to {topic!r} failed: {err.str()}")
+
+    def _remove_staged(self, tables: list[TableBatch]) -> None:
+        fs, root = staging_fs(self.staging)
+        for f in chain.from_iterable(chain(b.snapshot, b.changes) for b in tables):
+            with contextlib.suppress(FileNotFoundError):
+                fs.delete_file(f"{root}/{f['file']}")
+
+    def close(self) -> None:
+        if self.producer is not None:
+            self.producer.flush(self.kafka.commit_timeout_s)
+        self.producer = None
