@@ -255,11 +255,18 @@ class JobRunner:
         try:
             with stop_on_signals(stop := stop or threading.Event()):
                 _wait(query, stop, tracker, committer)
-            try:
-                committer.close()  # the sinks finish their background work before the summary
-            except Exception as exc:
-                raise JobFailed(f"a sink could not finish the last batches (a restart recovers them): "
-                                f"{root_cause(exc)}") from None
+        except BaseException:
+            # A failed run still stops its sinks' background work (a mirror MERGE in flight), so
+            # that a restart in this process never races it; the run's own error is the one raised.
+            with contextlib.suppress(Exception):
+                committer.close()
+            tracker.close()
+            raise
+        try:
+            committer.close()  # the sinks finish their background work before the summary
+        except Exception as exc:
+            raise JobFailed(f"a sink could not finish the last batches (a restart recovers them): "
+                            f"{root_cause(exc)}") from None
         finally:
             tracker.close()
         return tracker.summary(committer, sinks, schemas, time.monotonic() - started)
