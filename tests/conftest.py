@@ -119,6 +119,6 @@ def spark() -> Iterator[Any]:
         yield session
     finally:
         session.stop()
-from kafka_broker import kafka_broker  # noqa: E402, F401 - the session's Kafka broker fixture
 
-pytest_plugins = ["postgres_server"]  # the Postgres sandbox fixtures (tests/postgres_server.py)
+# The servers of the other seams' implementations: tests/postgres_server.py, tests/kafka_broker.py.
+pytest_plugins = ["postgres_server", "kafka_broker"]
