@@ -52,7 +52,7 @@ def test_good_config_gets_defaults_and_expands_env() -> None:
         ({**GOOD, "trigger_interval": "soon"}, r"trigger_interval: .*duration"),
         ({**GOOD, "parallelism": 0}, r"parallelism: "),
         ({k: v for k, v in GOOD.items() if k != "sink"}, r"sink: Field required"),
-        ({**GOOD, "sink": {"type": "kafka", "path": "x"}}, r"sink\.type: "),
+        ({**GOOD, "sink": {"type": "iceberg", "path": "x"}}, r"sink\.type: "),
     ],
 )
 def test_bad_config_names_the_key_path(raw: dict[str, Any], message: str) -> None:
@@ -98,8 +98,9 @@ def test_load_config_reports_file_problems(tmp_path: Path) -> None:
 
 def test_example_configs_validate(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MYSQL_PASSWORD", "from-env")
-    for name, value in {"MYSQL_HOST": "127.0.0.1", "MYSQL_PORT": "3307", "CDC_DEMO_DIR": "/tmp/demo"}.items():
-        monkeypatch.setenv(name, value)  # configs/demo.yaml: set by `python -m cdc demo`
+    for name, value in {"MYSQL_HOST": "127.0.0.1", "MYSQL_PORT": "3307", "CDC_DEMO_DIR": "/tmp/demo",
+                        "KAFKA_BOOTSTRAP": "127.0.0.1:9092", "KAFKA_USER": "u", "KAFKA_PASSWORD": "p"}.items():
+        monkeypatch.setenv(name, value)  # configs/demo.yaml: set by `python -m cdc demo`; kafka.yaml: by you
     for path in sorted(Path(__file__).parent.parent.joinpath("configs").glob("*.yaml")):
         load_config(path)
 
