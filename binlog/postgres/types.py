@@ -86,7 +86,9 @@ def numeric_precision(typmod: int) -> tuple[int | None, int | None]:
 
 _SCHEMA_SQL = """
 SELECT a.attname, t.typname, format_type(a.atttypid, a.atttypmod), NOT a.attnotnull, a.atttypmod,
-       t.typcategory, et.typname, et.typcategory, co.collname
+       t.typcategory, et.typname, et.typcategory, co.collname,
+       (SELECT string_agg('''' || replace(e.enumlabel, '''', '''''') || '''', ',' ORDER BY e.enumsortorder)
+        FROM pg_enum e WHERE e.enumtypid = COALESCE(et.oid, t.oid))
 FROM pg_attribute a
 JOIN pg_type t ON t.oid = CASE WHEN (SELECT typtype FROM pg_type WHERE oid = a.atttypid) = 'd'
                                THEN (SELECT typbasetype FROM pg_type WHERE oid = a.atttypid) ELSE a.atttypid END
@@ -134,15 +136,41 @@ def load_table_schema(conn: Any, table: TableId) -> TableSchema:
         TableNotFound: no such table.
     """
     oid = table_oid(conn, table)
-    columns = []
-    for name, typname, full, nullable, typmod, category, elem, elem_cat, collation in conn.execute(
-            _SCHEMA_SQL, (oid,)).fetchall():
-        precision, scale = numeric_precision(typmod) if typname == "numeric" else (None, None)
-        columns.append(Column(name=name, data_type=typname, column_type=full, nullable=bool(nullable),
-                              precision=precision, scale=scale, collation=collation,
-                              arrow=arrow_type(typname, category, typmod, elem, elem_cat)))
+    columns = tuple(postgres_column(name, typname, full, bool(nullable), typmod=typmod, category=category,
+                                    elem=elem, elem_category=elem_cat, collation=collation, enum_labels=labels)
+                    for name, typname, full, nullable, typmod, category, elem, elem_cat, collation, labels
+                    in conn.execute(_SCHEMA_SQL, (oid,)).fetchall())
     pk = tuple(r[0] for r in conn.execute(_PK_SQL, (oid,)).fetchall())
-    return TableSchema(table, tuple(columns), pk, CONNECTOR)
+    return TableSchema(table, columns, pk, CONNECTOR)
+
+
+_TEMPORAL = {"time", "timetz", "timestamp", "timestamptz"}
+
+
+def postgres_column(name: str, typname: str, full: str, nullable: bool, *, typmod: int = -1, category: str = "",
+                    elem: str | None = None, elem_category: str | None = None, collation: str | None = None,
+                    enum_labels: str | None = None) -> Column:
+    """A column as the catalog describes it (``pg_type.typname``, ``format_type``, ``atttypmod``,
+    ``typcategory``; for arrays the element's typname and category), with its Arrow type.
+
+    The Debezium format reads two facts from it: ``datetime_precision`` of time and timestamp
+    types (and their arrays; 6 when unconstrained), and, for enum types and their arrays,
+    ``column_type`` = ``enum('a','b')`` (``[]`` appended for arrays): the labels, SQL-quoted, in
+    ``enumsortorder`` (``enum_labels``, as :data:`_SCHEMA_SQL` reads them).
+    """
+    base = elem if category == "A" and elem is not None else typname
+    precision, scale = numeric_precision(typmod) if base == "numeric" else (None, None)
+    fsp = (typmod if typmod >= 0 else 6) if base in _TEMPORAL else None
+    if enum_labels is not None:
+        full = f"enum({enum_labels})" + ("[]" if category == "A" else "")
+    return Column(name=name, data_type=typname, column_type=full, nullable=nullable, precision=precision,
+                  scale=scale, datetime_precision=fsp, collation=collation,
+                  arrow=arrow_type(typname, category, typmod, elem, elem_category))
+
+
+def postgres_table(table_id: TableId, columns: tuple[Column, ...], primary_key: tuple[str, ...]) -> TableSchema:
+    """A PostgreSQL table's schema (its changes carry the PostgreSQL connector's source block)."""
+    return TableSchema(table_id, columns, primary_key, CONNECTOR)
 
 
 # --- text -> values ----------------------------------------------------------------------------

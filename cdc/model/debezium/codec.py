@@ -1,4 +1,5 @@
-"""The Debezium MySQL connector's JSON change-event format: encode, decode, changelog rows.
+"""Debezium's JSON change-event format (MySQL/MariaDB and PostgreSQL connectors): encode,
+decode, changelog rows.
 
 A change event travels as two JSON messages, as Debezium writes them with Kafka's JsonConverter:
 
@@ -18,12 +19,18 @@ Where we differ from Debezium (on purpose):
   Debezium's delete + tombstone + create.
 * We never produce transaction metadata: ``transaction`` is always null.
 * ``source.version`` says ``spark-cdc-<version>`` by default, not a Debezium release.
+
+PostgreSQL (:class:`PostgresSourceInfo`, the table's ``connector`` ``postgresql``): the source
+block is Debezium's PostgreSQL one (``db`` the database, ``schema``, ``table``, ``txId``, ``lsn``,
+``xmin``); the key and value schemas are named ``<prefix>.<schema>.<table>.Key/Value/Envelope``.
+spark-cdc's change rows name the schema in ``source.db`` and carry ``commit_lsn`` and ``row``
+beyond Debezium's fields: :func:`record_from_row` maps them (the database name is given).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from enum import Enum
 from functools import lru_cache
 from typing import Any, Literal
@@ -34,6 +41,8 @@ from cdc import __version__
 from cdc.model.debezium import values
 from cdc.model.debezium.connect import (
     DEFAULT_OPTIONS,
+    POSTGRES_SOURCE_FIELDS,
+    POSTGRESQL,
     SNAPSHOT_VALUES,
     SOURCE_FIELDS,
     DebeziumOptions,
@@ -49,7 +58,7 @@ from cdc.model.events import OPS, ChangeEvent, Op, Row
 from cdc.model.schema import TableId, TableSchema
 
 SOURCE_VERSION = f"spark-cdc-{__version__}"
-Connector = Literal["mysql", "mariadb"]
+Connector = Literal["mysql", "mariadb", "postgresql"]
 
 
 class DebeziumFormatError(CdcError, Terminal):
@@ -83,6 +92,43 @@ class SourceInfo:
     thread: int | None = None
     query: str | None = None
 
+    @property
+    def table_id(self) -> TableId:
+        """The table changed: ``db.table``."""
+        return TableId(self.db, self.table or "")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PostgresSourceInfo:
+    """The ``source`` block of Debezium's PostgreSQL connector, field for field, in its order.
+
+    ``db`` is the database; the table is ``schema.table``. ``sequence`` is Debezium's JSON array
+    text ``["<last commit lsn>","<lsn>"]``.
+    """
+
+    version: str
+    connector: str = POSTGRESQL
+    name: str
+    ts_ms: int
+    snapshot: str = "false"
+    db: str
+    sequence: str | None = None
+    ts_us: int | None = None
+    ts_ns: int | None = None
+    schema: str
+    table: str
+    txId: int | None = None
+    lsn: int | None = None
+    xmin: int | None = None
+
+    @property
+    def table_id(self) -> TableId:
+        """The table changed: ``schema.table`` (spark-cdc's TableId names Postgres schemas ``db``)."""
+        return TableId(self.schema, self.table)
+
+
+AnySourceInfo = SourceInfo | PostgresSourceInfo
+
 
 @dataclass(frozen=True)
 class ChangeRecord:
@@ -91,15 +137,15 @@ class ChangeRecord:
     op: Op
     before: Row | None
     after: Row | None
-    source: SourceInfo
+    source: AnySourceInfo
     ts_ms: int | None = None
     ts_us: int | None = None
     ts_ns: int | None = None
 
     @property
     def table_id(self) -> TableId:
-        """The table changed, from ``source.db`` and ``source.table``."""
-        return TableId(self.source.db, self.source.table or "")
+        """The table changed, from ``source.db`` (PostgreSQL: ``source.schema``) and ``source.table``."""
+        return self.source.table_id
 
     def image(self) -> Row:
         """The row that identifies the change (``before`` for deletes, else ``after``).
@@ -131,6 +177,7 @@ def record_from_event(
     ts_ms: int | None = None,
     connector: Connector = "mysql",
     version: str = SOURCE_VERSION,
+    database: str | None = None,
 ) -> ChangeRecord:
     """Build the envelope of one change event.
 
@@ -139,10 +186,11 @@ def record_from_event(
         connector_name: the logical server name (Debezium's ``topic.prefix``); ``source.name``.
         snapshot: ``source.snapshot``; default "true" for snapshot reads (``r``), else "false".
         offset: where a snapshot read was taken (its chunk's high watermark, as source fields:
-            ``file`` and ``pos``) when the event has no position.
+            ``file`` and ``pos``; PostgreSQL: ``lsn``) when the event has no position.
         ts_ms: the envelope's processing time; default the event's time (deterministic).
-        connector: ``source.connector``, "mysql" or "mariadb".
+        connector: ``source.connector``, "mysql", "mariadb" or "postgresql".
         version: ``source.version``.
+        database: PostgreSQL: the database (``source.db``); required for "postgresql".
 
     Raises:
         DebeziumFormatError: ``snapshot`` is not a Debezium value, or the event has no position
@@ -152,6 +200,14 @@ def record_from_event(
     if snapshot not in SNAPSHOT_VALUES:
         raise DebeziumFormatError(f"snapshot={snapshot!r} is not one of {SNAPSHOT_VALUES}")
     fields = dict(event.source)
+    if connector == POSTGRESQL:
+        if event.position is None and offset is not None:
+            fields = {**fields, "lsn": offset["lsn"]}
+        source: AnySourceInfo = _postgres_source(fields, version, connector_name, event.ts_ms,
+                                                 snapshot, event.table_id, database)
+        when = event.ts_ms if ts_ms is None else ts_ms
+        return ChangeRecord(event.op, event.before, event.after, source, when, when * 1000,
+                            when * 1_000_000)
     if event.position is None and offset is not None:
         fields = {**fields, "file": offset["file"], "pos": offset["pos"], "row": 0}
     if "file" not in fields:
@@ -167,6 +223,51 @@ def record_from_event(
     when = event.ts_ms if ts_ms is None else ts_ms
     return ChangeRecord(event.op, event.before, event.after, source, when, when * 1000,
                         when * 1_000_000)
+
+
+def _postgres_source(fields: Mapping[str, Any], version: str, name: str, ts_ms: int, snapshot: str,
+                     table: TableId, database: str | None) -> PostgresSourceInfo:
+    if database is None:
+        raise DebeziumFormatError(
+            f"{table}: a PostgreSQL source block names the database (source.db): pass database=",
+            table=str(table))
+    return PostgresSourceInfo(
+        version=version, name=name, ts_ms=ts_ms, snapshot=snapshot, db=database,
+        sequence=fields.get("sequence"), ts_us=ts_ms * 1000, ts_ns=ts_ms * 1_000_000,
+        schema=table.db, table=table.table, txId=fields.get("txId"), lsn=fields.get("lsn"),
+        xmin=fields.get("xmin"))
+
+
+def record_from_row(row: Mapping[str, Any], schema: TableSchema, *,
+                    database: str | None = None) -> ChangeRecord:
+    """A change row (:mod:`cdc.model.envelope` layout, as ``to_pylist`` gives it) as a record:
+    the row's own source block mapped onto the connector's Debezium source block.
+
+    Args:
+        row: ``op``, ``before``, ``after``, ``source``, ``ts_ms``.
+        schema: the table (its ``connector`` picks the source block).
+        database: PostgreSQL: the database name (``source.db``; the row's ``db`` is the schema).
+
+    Raises:
+        DebeziumFormatError: a PostgreSQL row without ``database``.
+    """
+    s = row["source"]
+    ts = int(row["ts_ms"] if row.get("ts_ms") is not None else s["ts_ms"] or 0)
+    source_ts = int(s["ts_ms"] or 0)
+    table = schema.table_id
+    source: AnySourceInfo
+    if schema.connector == POSTGRESQL:
+        source = _postgres_source(s, s["version"] or "", s["name"] or "", source_ts,
+                                  s["snapshot"] or "false", table, database)
+    else:
+        source = SourceInfo(
+            version=s["version"] or "", connector=s["connector"] or "mysql", name=s["name"] or "",
+            ts_ms=source_ts, snapshot=s["snapshot"] or "false", db=table.db, sequence=s.get("sequence"),
+            ts_us=source_ts * 1000, ts_ns=source_ts * 1_000_000, table=table.table,
+            server_id=int(s.get("server_id") or 0), gtid=s.get("gtid"), file=s.get("file") or "",
+            pos=int(s.get("pos") or 0), row=int(s.get("row") or 0), thread=s.get("thread"),
+            query=s.get("query"))
+    return ChangeRecord(row["op"], row["before"], row["after"], source, ts, ts * 1000, ts * 1_000_000)
 
 
 # --- encoding --------------------------------------------------------------------------------
@@ -206,7 +307,7 @@ def encode_value(
     payload = {
         "before": _encode_row(record.before, codecs, "before", record.table_id),
         "after": _encode_row(record.after, codecs, "after", record.table_id),
-        "source": {name: getattr(record.source, name) for name in _SOURCE_NAMES},
+        "source": _source_payload(record.source),
         "op": record.op, "ts_ms": record.ts_ms, "ts_us": record.ts_us, "ts_ns": record.ts_ns,
         "transaction": None,
     }
@@ -236,7 +337,7 @@ class TableEncoder:
         self.key_codecs = key_codecs(schema, options) if schema.primary_key else ()
         self._fragments: dict[tuple[str, str], tuple[orjson.Fragment, orjson.Fragment]] = {}
 
-    def _schemas(self, source: SourceInfo) -> tuple[orjson.Fragment, orjson.Fragment]:
+    def _schemas(self, source: AnySourceInfo) -> tuple[orjson.Fragment, orjson.Fragment]:
         at = (source.name, source.connector)
         if at not in self._fragments:
             self._fragments[at] = (_key_schema(self.schema, self.options, source.name),
@@ -246,7 +347,7 @@ class TableEncoder:
     def key(self, record: ChangeRecord) -> bytes | None:
         """The key message (None for a table without a primary key); see :func:`encode_key`."""
         table = self.schema.table_id
-        if record.source.db != table.db or record.source.table != table.table:
+        if record.table_id != table:
             _check_table(record, self.schema)
         if not self.key_codecs:
             return None
@@ -258,12 +359,12 @@ class TableEncoder:
     def value(self, record: ChangeRecord) -> bytes:
         """The value message; see :func:`encode_value`."""
         table = self.schema.table_id
-        if record.source.db != table.db or record.source.table != table.table:
+        if record.table_id != table:
             _check_table(record, self.schema)
         payload = {
             "before": _encode_row(record.before, self.codecs, "before", table),
             "after": _encode_row(record.after, self.codecs, "after", table),
-            "source": {name: getattr(record.source, name) for name in _SOURCE_NAMES},
+            "source": _source_payload(record.source),
             "op": record.op, "ts_ms": record.ts_ms, "ts_us": record.ts_us, "ts_ns": record.ts_ns,
             "transaction": None,
         }
@@ -280,7 +381,12 @@ def _dumps(message: Any, table: TableId) -> bytes:
                                   table=str(table)) from None
 
 
-_SOURCE_NAMES = tuple(name for name, _, _ in SOURCE_FIELDS)  # Debezium's order
+_SOURCE_NAMES = {cls: tuple(f.name for f in fields(cls))  # Debezium's order
+                 for cls in (SourceInfo, PostgresSourceInfo)}
+
+
+def _source_payload(source: AnySourceInfo) -> dict[str, Any]:
+    return {name: getattr(source, name) for name in _SOURCE_NAMES[type(source)]}
 
 
 @lru_cache(maxsize=256)
@@ -353,7 +459,7 @@ def decode_value(
     if op not in OPS:
         raise _bad(f"{path}op", f"one of {', '.join(OPS)}", op, missing="op" not in doc)
     source = _decode_source(doc.get("source"), f"{path}source", "source" in doc)
-    table = TableId(source.db, source.table or "")
+    table = source.table_id
     if schema is not None and schema.table_id != table:
         raise DebeziumFormatError(f"{path}source: the event is for {table}, the schema given is "
                                   f"for {schema.table_id}", table=str(table), field="source")
@@ -364,7 +470,7 @@ def decode_value(
                       _decode_row(row, _row_decoders(schema, options, connect, name),
                                   f"{path}{name}", table))
     before, after = images
-    _check_images(op, before, after, path)
+    _check_images(op, before, after, path, source.connector)
     ts = [_optional_int(doc.get(f), f"{path}{f}") for f in ("ts_ms", "ts_us", "ts_ns")]
     return ChangeRecord(op, before, after, source, *ts)
 
@@ -452,11 +558,12 @@ def _snapshot(value: Any) -> str:
     return str(value)
 
 
-def _decode_source(obj: Any, path: str, present: bool) -> SourceInfo:
+def _decode_source(obj: Any, path: str, present: bool) -> AnySourceInfo:
     if not isinstance(obj, dict):
         raise _bad(path, "an object", obj, missing=not present)
+    postgres = obj.get("connector") == POSTGRESQL
     out: dict[str, Any] = {}
-    for name, kind, optional in SOURCE_FIELDS:
+    for name, kind, optional in POSTGRES_SOURCE_FIELDS if postgres else SOURCE_FIELDS:
         x = obj.get(name)
         if x is None:
             if name == "table" or not optional:  # a change event always names its table
@@ -468,7 +575,7 @@ def _decode_source(obj: Any, path: str, present: bool) -> SourceInfo:
             out[name] = _snapshot(x) if name == "snapshot" else _SOURCE_DECODERS[kind](x)
         except values.BadValue as exc:
             raise _bad(f"{path}.{name}", exc.expected, x) from None
-    return SourceInfo(**out)
+    return PostgresSourceInfo(**out) if postgres else SourceInfo(**out)
 
 
 def _optional_int(x: Any, path: str) -> int | None:
@@ -525,11 +632,12 @@ def _decode_row(
     return out
 
 
-def _check_images(op: str, before: Row | None, after: Row | None, path: str) -> None:
+def _check_images(op: str, before: Row | None, after: Row | None, path: str, connector: str) -> None:
     if op in ("c", "r", "u") and after is None:
         raise DebeziumFormatError(f"{path}after: op {op!r} needs an after image, got null",
                                   field=f"{path}after")
     if op in ("u", "d") and before is None:
-        raise DebeziumFormatError(
-            f"{path}before: op {op!r} needs a before image, got null (MySQL: binlog_row_image "
-            "must be FULL)", field=f"{path}before")
+        fix = ("PostgreSQL: the table needs REPLICA IDENTITY FULL" if connector == POSTGRESQL
+               else "MySQL: binlog_row_image must be FULL")
+        raise DebeziumFormatError(f"{path}before: op {op!r} needs a before image, got null ({fix})",
+                                  field=f"{path}before")

@@ -1,5 +1,10 @@
-"""Debezium's Kafka Connect schemas: each MySQL column as a field schema plus its converters,
-and the key, value (``Envelope``) and ``source`` struct schemas built from them.
+"""Debezium's Kafka Connect schemas: each column as a field schema plus its converters, and the
+key, value (``Envelope``) and ``source`` struct schemas built from them.
+
+The table's connector (:attr:`TableSchema.connector`) picks the column table: :data:`_SPECS`
+(MySQL/MariaDB, by ``information_schema`` type) or :data:`_PG_SPECS` (PostgreSQL, by
+``pg_type.typname``, following Debezium's PostgreSQL connector, see the section at the end of the
+column tables), and the ``source`` block's fields (:func:`source_fields`).
 
 One table, :data:`_SPECS`, maps a column's ``data_type`` to a :class:`Spec` (Connect type, schema
 name, version, parameters, encoder, decoder), following the Debezium MySQL connector's defaults
@@ -41,8 +46,11 @@ class DebeziumOptions(BaseModel):
     Attributes:
         decimal_handling_mode: ``decimal.handling.mode``: precise (Connect Decimal: base64 of the
             unscaled two's-complement integer), string, or double (lossy).
-        time_precision_mode: ``time.precision.mode``: adaptive_time_microseconds (Debezium's MySQL
-            default) or connect (Kafka Connect logical types: milliseconds, lossy).
+        time_precision_mode: ``time.precision.mode``: adaptive (TIME and TIMESTAMP/DATETIME with
+            up to 3 fraction digits in milliseconds, else microseconds), adaptive_time_microseconds
+            (the same but every TIME in microseconds), or connect (Kafka Connect logical types:
+            milliseconds, lossy). None (the default): the connector's default, as Debezium has it:
+            adaptive_time_microseconds for MySQL/MariaDB, adaptive for PostgreSQL.
         bigint_unsigned_handling_mode: ``bigint.unsigned.handling.mode``: precise (our default,
             see the module docstring) or long (Debezium's default; values above 2**63-1 wrap).
         binary_handling_mode: ``binary.handling.mode``: bytes (Debezium's default; base64 in
@@ -52,9 +60,7 @@ class DebeziumOptions(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     decimal_handling_mode: Literal["precise", "string", "double"] = "precise"
-    time_precision_mode: Literal["adaptive_time_microseconds", "connect"] = (
-        "adaptive_time_microseconds"
-    )
+    time_precision_mode: Literal["adaptive", "adaptive_time_microseconds", "connect"] | None = None
     bigint_unsigned_handling_mode: Literal["precise", "long"] = "precise"
     binary_handling_mode: Literal["bytes", "base64", "base64-url-safe", "hex"] = "bytes"
 
@@ -72,6 +78,7 @@ class Spec(NamedTuple):
     version: int | None = None
     parameters: dict[str, str] | None = None
     fields: tuple[dict[str, Any], ...] | None = None  # struct members (spatial types)
+    items: dict[str, Any] | None = None  # the element schema of an array
     doc: str | None = None
     zero: Any = None  # the JSON value of a zero date in a NOT NULL column (Debezium: the epoch)
 
@@ -89,6 +96,8 @@ class FieldCodec(NamedTuple):
 def field_schema(spec: Spec, *, field: str | None, optional: bool) -> dict[str, Any]:
     """A Connect JSON field schema, keys in the order Kafka's JsonConverter writes them."""
     out: dict[str, Any] = {"type": spec.connect_type}
+    if spec.items is not None:
+        out["items"] = spec.items
     if spec.fields is not None:
         out["fields"] = list(spec.fields)
     out["optional"] = optional
@@ -100,8 +109,11 @@ def field_schema(spec: Spec, *, field: str | None, optional: bool) -> dict[str, 
     return out
 
 
-def spec_for(column: Column, options: DebeziumOptions) -> Spec:
-    """Look the column's data type up in :data:`_SPECS` (bytes or string when unknown)."""
+def spec_for(column: Column, options: DebeziumOptions, connector: str = "mysql") -> Spec:
+    """Look the column's data type up in :data:`_SPECS`, or :data:`_PG_SPECS` for PostgreSQL
+    (bytes or string when unknown)."""
+    if connector == POSTGRESQL:
+        return _pg_spec(column, options)
     build = _SPECS.get(column.data_type)
     if build is None:
         build = _binary if pa.types.is_binary(column.arrow) else _string
@@ -115,7 +127,7 @@ def table_codecs(schema: TableSchema, options: DebeziumOptions) -> tuple[FieldCo
         FieldCodec(c.name, field_schema(s, field=c.name, optional=c.nullable), s.encode, s.decode,
                    None if c.nullable else s.zero)
         for c in schema.columns
-        for s in (spec_for(c, options),)
+        for s in (spec_for(c, options, schema.connector),)
     )
 
 
@@ -215,6 +227,8 @@ def _time(c: Column, o: DebeziumOptions) -> Spec:
     if o.time_precision_mode == "connect":
         return Spec("int32", v.enc_time_millis, v.dec_time_millis,
                     "org.apache.kafka.connect.data.Time", 1)
+    if o.time_precision_mode == "adaptive" and (c.datetime_precision or 0) <= 3:
+        return Spec("int32", lambda x: x // v.MS, v.dec_time_millis, "io.debezium.time.Time", 1)
     return Spec("int64", lambda x: x // v.US, v.dec_time_micros, "io.debezium.time.MicroTime", 1)
 
 
@@ -302,6 +316,170 @@ _SPECS: dict[str, Callable[[Column, DebeziumOptions], Spec]] = {
 }
 
 
+
+
+# --- PostgreSQL --------------------------------------------------------------------------------
+#
+# Debezium's PostgreSQL connector (PostgresValueConverter) with its defaults: decimal.handling.mode
+# precise, time.precision.mode adaptive, binary.handling.mode bytes, interval.handling.mode
+# numeric, money.fraction.digits 2. Python values are those binlog/postgres/types.py gives
+# (docs/types.md, PostgreSQL). A NOT NULL column whose value is null (the non-key columns of a
+# REPLICA IDENTITY DEFAULT before image) gets the converter's fallback, as in Debezium
+# (JdbcValueConverters.convertValue): 0, "", false, the epoch, an empty array.
+
+POSTGRESQL = "postgresql"
+_ENUM_TYPE = re.compile(r"enum\(.*\)(\[\])?$", re.DOTALL)
+
+
+def _pg_fsp(c: Column) -> int:
+    return 6 if c.datetime_precision is None else c.datetime_precision
+
+
+def _pg_numeric(c: Column, o: DebeziumOptions) -> Spec:
+    """numeric(p, s): Connect Decimal (scale s, precision p); unconstrained numeric:
+    VariableScaleDecimal (precise) or the same string/double as Debezium. Our value is a Decimal
+    (p <= 38) or the server's text (wider or unconstrained; 'NaN' and infinities included)."""
+    text = not pa.types.is_decimal(c.arrow)
+    out: Converter = v.same if not text else v.plain
+    if o.decimal_handling_mode == "string":
+        return Spec("string", v.enc_pg_decimal_string,
+                    lambda x: v.dec_pg_decimal_text(x, text), zero="0" if c.scale is None else
+                    v.plain(Decimal(0).scaleb(-c.scale)))
+    if o.decimal_handling_mode == "double":
+        return Spec("double", v.enc_pg_decimal_double, lambda x: v.dec_pg_decimal_double(x, text),
+                    zero=0.0)
+    if c.precision is None or c.scale is None:  # no scale constraint: VariableScaleDecimal
+        return Spec("struct", v.enc_variable_scale, lambda x: out(v.dec_variable_scale(x)),
+                    "io.debezium.data.VariableScaleDecimal", 1, fields=_VARIABLE_SCALE_FIELDS,
+                    doc="Variable scaled decimal", zero={"scale": 0, "value": "AA=="})
+    scale = c.scale
+    return Spec("bytes", lambda x: v.b64(v.unscaled_bytes(v.finite_decimal(x), scale)),
+                lambda x: out(v.decimal_from_b64(x, scale)),
+                "org.apache.kafka.connect.data.Decimal", 1,
+                {"scale": str(scale), "connect.decimal.precision": str(c.precision)}, zero="AA==")
+
+
+_VARIABLE_SCALE_FIELDS = ({"type": "int32", "optional": False, "field": "scale"},
+                          {"type": "bytes", "optional": False, "field": "value"})
+
+
+def _pg_money(c: Column, o: DebeziumOptions) -> Spec:
+    """money: Connect Decimal of scale money.fraction.digits (2), no precision parameter."""
+    if o.decimal_handling_mode == "string":
+        return Spec("string", lambda x: v.plain(Decimal(x)), lambda x: v.decimal_from_text(x),
+                    zero="0.00")
+    if o.decimal_handling_mode == "double":
+        return Spec("double", lambda x: float(x), lambda x: v.decimal_from_text(x), zero=0.0)
+    return Spec("bytes", lambda x: v.b64(v.unscaled_bytes(x, 2)), lambda x: v.decimal_from_b64(x, 2),
+                "org.apache.kafka.connect.data.Decimal", 1, {"scale": "2"}, zero="AA==")
+
+
+def _pg_time(c: Column, o: DebeziumOptions) -> Spec:
+    mode = o.time_precision_mode or "adaptive"
+    if mode == "connect":
+        return Spec("int32", v.enc_time_millis, v.dec_time_millis,
+                    "org.apache.kafka.connect.data.Time", 1, zero=0)
+    if mode == "adaptive" and _pg_fsp(c) <= 3:
+        return Spec("int32", lambda x: x // v.MS, v.dec_time_millis, "io.debezium.time.Time", 1,
+                    zero=0)
+    return Spec("int64", lambda x: x // v.US, v.dec_time_micros, "io.debezium.time.MicroTime", 1,
+                zero=0)
+
+
+def _pg_timestamp(c: Column, o: DebeziumOptions) -> Spec:
+    mode = o.time_precision_mode or "adaptive"
+    if mode == "connect":
+        return Spec("int64", v.enc_millis, v.dec_millis, "org.apache.kafka.connect.data.Timestamp", 1,
+                    zero=0)
+    if _pg_fsp(c) <= 3:
+        return Spec("int64", v.enc_millis, v.dec_millis, "io.debezium.time.Timestamp", 1, zero=0)
+    return Spec("int64", v.enc_micros, v.dec_micros, "io.debezium.time.MicroTimestamp", 1, zero=0)
+
+
+def _pg_timestamptz(c: Column, o: DebeziumOptions) -> Spec:
+    """ZonedTimestamp with exactly the column's fraction digits (6 when unconstrained), as
+    Debezium formats it with the column's scale."""
+    fsp = _pg_fsp(c)
+    return Spec("string", lambda x: v.zoned_timestamp(x, fsp), v.parse_zoned_timestamp,
+                "io.debezium.time.ZonedTimestamp", 1, zero="1970-01-01T00:00:00Z")
+
+
+def _pg_date(c: Column, o: DebeziumOptions) -> Spec:
+    connect = o.time_precision_mode == "connect"
+    name = "org.apache.kafka.connect.data.Date" if connect else "io.debezium.time.Date"
+    return Spec("int32", v.enc_date, v.dec_date, name, 1, zero=0)
+
+
+def _pg_plain(connect_type: str, encode: Converter, decode: Converter, zero: Any,
+              name: str | None = None) -> Callable[[Column, DebeziumOptions], Spec]:
+    return lambda c, o: Spec(connect_type, encode, decode, name, 1 if name else None, zero=zero)
+
+
+def _pg_binary(c: Column, o: DebeziumOptions) -> Spec:
+    connect_type, encode, decode = v.BINARY_MODES[o.binary_handling_mode]
+    return Spec(connect_type, encode, decode, zero="")
+
+
+def _pg_enum(c: Column, o: DebeziumOptions) -> Spec:
+    """An enum: ``allowed`` = its labels in ``enumsortorder`` (the dialect writes them into
+    ``column_type`` as ``enum('a','b')``)."""
+    return Spec("string", v.same, v.dec_str, "io.debezium.data.Enum", 1,
+                {"allowed": allowed_values(c.column_type)}, zero="")
+
+
+_PG_SCALARS: dict[str, Callable[[Column, DebeziumOptions], Spec]] = {
+    "int2": _pg_plain("int16", v.same, v.dec_int, 0),
+    "int4": _pg_plain("int32", v.same, v.dec_int, 0),
+    "int8": _pg_plain("int64", v.same, v.dec_int, 0),
+    "oid": _pg_plain("int64", v.same, v.dec_int, 0),
+    "float4": _pg_plain("float", v.enc_special_float32, v.dec_special_float32, 0.0),
+    "float8": _pg_plain("double", v.enc_special_float, v.dec_special_float, 0.0),
+    "bool": _pg_plain("boolean", v.same, v.dec_bool, False),
+    "numeric": _pg_numeric,
+    "money": _pg_money,
+    "bytea": _pg_binary,
+    "date": _pg_date,
+    "time": _pg_time,
+    "timetz": _pg_plain("string", v.same, v.dec_str, "00:00:00Z", "io.debezium.time.ZonedTime"),
+    "timestamp": _pg_timestamp,
+    "timestamptz": _pg_timestamptz,
+    "interval": _pg_plain("int64", v.enc_micro_duration, v.dec_micro_duration, 0,
+                          "io.debezium.time.MicroDuration"),
+    "uuid": _pg_plain("string", v.same, v.dec_str, "", "io.debezium.data.Uuid"),
+    "json": _pg_plain("string", v.same, v.dec_str, "", "io.debezium.data.Json"),
+    "jsonb": _pg_plain("string", v.same, v.dec_str, "", "io.debezium.data.Json"),
+    "xml": _pg_plain("string", v.same, v.dec_str, "", "io.debezium.data.Xml"),
+}
+_PG_STRING = _pg_plain("string", v.same, v.dec_str, "")
+
+
+def _pg_scalar(typname: str, c: Column, o: DebeziumOptions) -> Spec:
+    if _ENUM_TYPE.match(c.column_type):
+        return _pg_enum(c, o)
+    build = _PG_SCALARS.get(typname)
+    if build is None:  # text types, inet, cidr, macaddr, citext, ... and unknown types: text
+        build = _pg_binary if pa.types.is_binary(c.arrow) else _PG_STRING
+    return build(c, o)
+
+
+def _pg_spec(c: Column, o: DebeziumOptions) -> Spec:
+    """A PostgreSQL column's spec; one-dimensional arrays are Connect arrays of the element's
+    schema (optional elements, except enums, as Debezium builds them)."""
+    if not pa.types.is_list(c.arrow):
+        return _pg_scalar(c.data_type, c, o)
+    element = _pg_scalar(c.data_type.removeprefix("_"), _element_column(c), o)
+    items = field_schema(element, field=None, optional=element.name != "io.debezium.data.Enum")
+    return Spec("array", v.enc_array(element.encode), v.dec_array(element.decode),
+                items=items, zero=[])
+
+
+def _element_column(c: Column) -> Column:
+    """The array column as its element: the element's Arrow type; precision, scale and fraction
+    digits are the array column's (as Debezium's createArrayConverter takes them)."""
+    return Column(c.name, c.data_type.removeprefix("_"), c.column_type.removesuffix("[]"),
+                  True, c.precision, c.scale, c.datetime_precision, arrow=c.arrow.value_type)
+
+
 # --- key, value (Envelope) and source struct schemas ------------------------------------------
 
 # The source block, in Debezium's order: (field, Connect type, optional).
@@ -313,6 +491,22 @@ SOURCE_FIELDS: tuple[tuple[str, str, bool], ...] = (
     ("file", "string", False), ("pos", "int64", False), ("row", "int32", False),
     ("thread", "int64", True), ("query", "string", True),
 )
+# PostgreSQL's (PostgresSourceInfoStructMaker, before Debezium 3.5 added origin/origin_lsn):
+# the common fields, then schema, table (required), txId, lsn, xmin.
+POSTGRES_SOURCE_FIELDS: tuple[tuple[str, str, bool], ...] = (
+    ("version", "string", False), ("connector", "string", False), ("name", "string", False),
+    ("ts_ms", "int64", False), ("snapshot", "string", True), ("db", "string", False),
+    ("sequence", "string", True), ("ts_us", "int64", True), ("ts_ns", "int64", True),
+    ("schema", "string", False), ("table", "string", False), ("txId", "int64", True),
+    ("lsn", "int64", True), ("xmin", "int64", True),
+)
+
+
+def source_fields(connector: str) -> tuple[tuple[str, str, bool], ...]:
+    """The ``source`` block's fields of a connector, in Debezium's order."""
+    return POSTGRES_SOURCE_FIELDS if connector == POSTGRESQL else SOURCE_FIELDS
+
+
 # io.debezium.connector.SnapshotRecord, lower-cased (Debezium 2.x/3.x).
 SNAPSHOT_VALUES = ("true", "first", "first_in_data_collection", "last_in_data_collection",
                    "last", "false", "incremental")
@@ -330,7 +524,7 @@ def source_schema(connector: str) -> dict[str, Any]:
     """The ``source`` struct schema (``io.debezium.connector.<connector>.Source``)."""
     fields = [_SNAPSHOT_FIELD if name == "snapshot" else
               {"type": kind, "optional": optional, "field": name}
-              for name, kind, optional in SOURCE_FIELDS]
+              for name, kind, optional in source_fields(connector)]
     return {"type": "struct", "fields": fields, "optional": False,
             "name": f"io.debezium.connector.{connector}.Source", "version": 1, "field": "source"}
 
@@ -371,10 +565,13 @@ _BY_NAME: dict[str, Converter] = {
     "org.apache.kafka.connect.data.Time": v.dec_time_millis,
     "io.debezium.data.geometry.Point": v.dec_spatial,
     "io.debezium.data.geometry.Geometry": v.dec_spatial,
+    "io.debezium.time.Time": v.dec_time_millis,
+    "io.debezium.time.MicroDuration": v.dec_micro_duration,
+    "io.debezium.data.VariableScaleDecimal": v.dec_variable_scale,
 }
 _BY_TYPE: dict[str, Converter] = {
     "int8": v.dec_int, "int16": v.dec_int, "int32": v.dec_int, "int64": v.dec_int,
-    "float": v.dec_float32, "double": v.dec_float, "boolean": v.dec_bool,
+    "float": v.dec_special_float32, "double": v.dec_special_float, "boolean": v.dec_bool,
     "string": v.dec_str, "bytes": v.dec_b64,
 }
 
@@ -391,4 +588,6 @@ def decoder_for_schema(schema: dict[str, Any]) -> Converter:
         return lambda x: v.decimal_from_b64(x, scale)
     if name == "io.debezium.data.Bits":
         return v.bits_codec(int(params.get("length", 8)))[1]
+    if schema.get("type") == "array":
+        return v.dec_array(decoder_for_schema(schema.get("items") or {}))
     return _BY_NAME.get(name or "") or _BY_TYPE.get(schema.get("type", ""), v.same)

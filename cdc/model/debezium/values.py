@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime as dt
+import math
 import re
 import struct
 from collections.abc import Callable
@@ -300,3 +301,175 @@ def dec_spatial(v: Any) -> bytes:
     if not isinstance(srid, int) or isinstance(srid, bool) or not 0 <= srid < 1 << 32:
         raise BadValue("geometry struct with an unsigned 32-bit srid", v)
     return srid.to_bytes(4, "little") + dec_b64(v["wkb"])
+
+
+# --- PostgreSQL ---------------------------------------------------------------------------------
+
+# Kafka's JsonConverter (Jackson) writes non-finite doubles as these strings.
+_SPECIAL_FLOATS = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
+
+
+def enc_special_float(v: float) -> float | str:
+    """A double; NaN and the infinities as Jackson writes them (``"NaN"``, ``"Infinity"``)."""
+    f = float(v)
+    if math.isfinite(f):
+        return f
+    return "NaN" if math.isnan(f) else ("Infinity" if f > 0 else "-Infinity")
+
+
+def enc_special_float32(v: float) -> float | str:
+    """A float32 as :func:`enc_float32` writes it; NaN and the infinities as strings."""
+    f = float(v)
+    return enc_float32(f) if math.isfinite(f) else enc_special_float(f)
+
+
+def dec_special_float(v: Any) -> float:
+    """A JSON number, or ``"NaN"``/``"Infinity"``/``"-Infinity"``, as a float."""
+    if isinstance(v, str) and v in _SPECIAL_FLOATS:
+        return _SPECIAL_FLOATS[v]
+    return dec_float(v)
+
+
+def dec_special_float32(v: Any) -> float:
+    """:func:`dec_special_float`, as the float32 it denotes."""
+    return to_float32(dec_special_float(v))
+
+
+# numeric's special values: Debezium writes SpecialValueDecimal's names in string mode.
+_PG_SPECIAL_NAMES = {"NaN": "NAN", "Infinity": "POSITIVE_INFINITY", "-Infinity": "NEGATIVE_INFINITY"}
+_PG_SPECIAL_TEXTS = {name: text for text, name in _PG_SPECIAL_NAMES.items()}
+
+
+def finite_decimal(v: Any) -> Decimal:
+    """``v`` as a finite Decimal.
+
+    Raises:
+        ValueError: NaN or an infinity (decimal.handling.mode=precise cannot express them; nor
+            can Debezium, which fails the same way).
+    """
+    d = Decimal(v)
+    if not d.is_finite():
+        raise ValueError("NaN and Infinity have no Connect Decimal (Debezium fails too); use "
+                         "decimal_handling_mode string or double")
+    return d
+
+
+def enc_pg_decimal_string(v: Any) -> str:
+    """decimal.handling.mode=string: the plain text; NaN/Infinity as ``NAN``/``POSITIVE_INFINITY``."""
+    if isinstance(v, str) and v in _PG_SPECIAL_NAMES:
+        return _PG_SPECIAL_NAMES[v]
+    return plain(Decimal(v))
+
+
+def dec_pg_decimal_text(v: Any, text: bool) -> Any:
+    """The inverse of :func:`enc_pg_decimal_string`: a str (``text`` columns) or a Decimal."""
+    if text and isinstance(v, str) and v in _PG_SPECIAL_TEXTS:
+        return _PG_SPECIAL_TEXTS[v]
+    d = decimal_from_text(v)
+    return plain(d) if text else d
+
+
+def enc_pg_decimal_double(v: Any) -> float | str:
+    """decimal.handling.mode=double: a double (NaN/Infinity as Jackson writes them)."""
+    return enc_special_float(float(Decimal(v)))
+
+
+def dec_pg_decimal_double(v: Any, text: bool) -> Any:
+    """The inverse of :func:`enc_pg_decimal_double` (lossy beyond 15-17 digits)."""
+    if text and isinstance(v, str) and v in _SPECIAL_FLOATS:
+        return {"NaN": "NaN", "Infinity": "Infinity", "-Infinity": "-Infinity"}[v]
+    d = decimal_from_text(dec_float(v))
+    return plain(d) if text else d
+
+
+def enc_variable_scale(v: Any) -> dict[str, Any]:
+    """io.debezium.data.VariableScaleDecimal ``{scale, value}``: trailing fraction zeros stripped
+    and never a negative scale (Debezium: stripTrailingZeros, then setScale(0) if negative).
+
+    Raises:
+        ValueError: NaN or an infinity (see :func:`finite_decimal`).
+    """
+    sign, digits, exponent = finite_decimal(v).as_tuple()
+    assert isinstance(exponent, int)  # finite
+    n = int("".join(map(str, digits)) or "0")
+    scale = max(0, -exponent)
+    n *= 10 ** max(0, exponent)
+    while scale > 0 and n % 10 == 0:
+        n //= 10
+        scale -= 1
+    if n == 0:
+        scale = 0
+    n = -n if sign else n
+    bits = n.bit_length() if n >= 0 else (~n).bit_length()
+    return {"scale": scale, "value": b64(n.to_bytes(bits // 8 + 1, "big", signed=True))}
+
+
+def dec_variable_scale(v: Any) -> Decimal:
+    """A Decimal from a VariableScaleDecimal struct."""
+    if not isinstance(v, dict):
+        raise BadValue("VariableScaleDecimal struct {scale, value}", v)
+    scale = v.get("scale")
+    if not isinstance(scale, int) or isinstance(scale, bool):
+        raise BadValue("VariableScaleDecimal struct {scale, value}", v)
+    return decimal_from_b64(v.get("value"), scale)
+
+
+# PostgreSQL's iso_8601 interval output: P1Y2M3DT4H5M6.5S, each part optional and signed.
+_INTERVAL = re.compile(r"P(?:(-?\d+)Y)?(?:(-?\d+)M)?(?:(-?\d+)D)?"
+                       r"(?:T(?:(-?\d+)H)?(?:(-?\d+)M)?(?:(-?\d+)(?:\.(\d+))?S)?)?$")
+_DAYS_PER_MONTH_AVG = 365.25 / 12.0  # Debezium's MicroDuration.DAYS_PER_MONTH_AVG
+_US_PER_DAY = 86_400_000_000
+
+
+def enc_micro_duration(v: str) -> int:
+    """An interval (PostgreSQL's ISO 8601 text) as Debezium's io.debezium.time.MicroDuration:
+    approximate microseconds, a month being 365.25/12 days, computed in doubles and truncated
+    exactly as MicroDuration.durationMicros does (from PGInterval's fields).
+
+    Raises:
+        ValueError: not an ISO 8601 interval.
+    """
+    m = _INTERVAL.match(v)
+    if m is None or v in ("P", "PT"):
+        raise ValueError(f"{v!r} is not an ISO 8601 interval (IntervalStyle iso_8601)")
+    years, months, days, hours, minutes, whole = (int(g or 0) for g in m.groups()[:6])
+    frac = m.group(7) or ""
+    micros = int((frac + "000000")[:6]) if frac else 0
+    if m.group(6) is not None and m.group(6).startswith("-"):
+        micros = -micros
+    seconds = whole + micros / 1_000_000  # PGInterval.getSeconds()
+    number_of_days = (years * 12 + months) * _DAYS_PER_MONTH_AVG + days
+    number_of_seconds = (((number_of_days * 24 + hours) * 60) + minutes) * 60 + seconds
+    return int(number_of_seconds * 1e6)  # Java's (long) cast truncates toward zero
+
+
+def dec_micro_duration(v: Any) -> str:
+    """MicroDuration microseconds as PostgreSQL's ISO 8601 text of days and a clock (lossy: months
+    and years came as 30.4375 days; exact for intervals of days, hours < 24, minutes, seconds)."""
+    n = dec_int(v)
+    sign = "-" if n < 0 else ""
+    days, rest = divmod(abs(n), _US_PER_DAY)
+    hours, rest = divmod(rest, 3_600_000_000)
+    minutes, rest = divmod(rest, 60_000_000)
+    seconds, micros = divmod(rest, 1_000_000)
+    clock = "".join(f"{sign}{x}{unit}" for x, unit in ((hours, "H"), (minutes, "M")) if x)
+    if seconds or micros:
+        clock += f"{sign}{seconds}" + (f".{micros:06d}".rstrip("0") if micros else "") + "S"
+    text = "P" + (f"{sign}{days}D" if days else "") + ("T" + clock if clock else "")
+    return "PT0S" if text == "P" else text
+
+
+def enc_array(element: Converter) -> Converter:
+    """A Connect array of ``element``-encoded values (None stays null)."""
+    return lambda v: [None if x is None else element(x) for x in v]
+
+
+def dec_array(element: Converter) -> Converter:
+    """The inverse of :func:`enc_array`."""
+
+    def decode(v: Any) -> list[Any]:
+        if not isinstance(v, list):
+            raise BadValue("array", v)
+        return [None if x is None else element(x) for x in v]
+
+    return decode
