@@ -18,7 +18,7 @@ demo: setup
 	$(PY) -m cdc demo
 
 test: setup lint typecheck
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -76,6 +76,7 @@ class SparkCluster:
     port: int = 0
     ui_port: int = 0
     nodes: list[Worker] = field(default_factory=list)
+    drivers: list[subprocess.Popen[bytes]] = field(default_factory=list)
     _master: subprocess.Popen[bytes] | None = None
 
     @property
@@ -146,10 +147,16 @@ class SparkCluster:
             command += ["--conf", f"{key}={value}"]
         command += [str(ROOT / "cdc_job.py"), "--config", str(config), *args]
         out = open(log, "ab")  # noqa: SIM115 - closed with the process
-        return subprocess.Popen(command, env=_env(), cwd=self.folder, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        driver = subprocess.Popen(command, env=_env(), cwd=self.folder, stdout=out, stderr=subprocess.STDOUT,
+                                  start_new_session=True)
+        self.drivers.append(driver)
+        return driver
 
     def stop(self) -> None:
+        for d in self.drivers:  # a test that failed midway leaves its driver running
+            if d.poll() is None:
+                os.killpg(d.pid, signal.SIGKILL)
+                d.wait(timeout=30)
         for w in self.nodes:
             w.kill()
         if self._master is not None and self._master.poll() is None:

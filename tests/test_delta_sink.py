@@ -326,7 +326,7 @@ def test_mirror_changes_keeps_the_last_effect_per_composite_key() -> None:
 
 def test_config_validates_and_hides_storage_options() -> None:
     config = DeltaSinkConfig(path="s3://bucket/cdc", storage_options={"AWS_SECRET_ACCESS_KEY": "s3cr3t"})
-    assert "s3cr3t" not in repr(config) and config.engine == "auto"
+    assert "s3cr3t" not in repr(config) and config.engine == "delta-rs"
     assert pickle.loads(pickle.dumps(config)) == config  # shipped to executors
     assert config.uri(TableId("db", "t"), "changelog") == "s3://bucket/cdc/db/t_changelog"
     with pytest.raises(ValidationError, match="extra"):
