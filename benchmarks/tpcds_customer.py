@@ -156,7 +156,7 @@ class Bench:
         with contextlib.closing(cdc.connect(t.database)) as conn, conn.cursor() as cur:
             cur.execute(f"SELECT MIN(`{KEY}`), MAX(`{KEY}`) FROM `{t.table}`")
             lo, hi = cur.fetchone() or (1, t.rows)
-        spec = {"kind": "jdbc", "url": f"jdbc:mariadb://{cdc.host}:{cdc.port}/{t.database}",
+        spec = {"kind": "jdbc", "url": f"jdbc:mysql://{cdc.host}:{cdc.port}/{t.database}?permitMysqlScheme",
                 "table": t.table, "key": KEY, "lower": int(lo), "upper": int(hi), "parallelism": p,
                 "user": cdc.user, "password": cdc.password, "fetchsize": self.args.jdbc_fetchsize,
                 "out": str(self.work / f"jdbc-p{p}")}
