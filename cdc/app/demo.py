@@ -1,14 +1,21 @@
-"""`make demo`: TPC-DS customer in a throwaway MariaDB, captured into Delta by the real job.
+"""`make demo`: TPC-DS customer in a throwaway MariaDB, captured into Delta (or Kafka) by the real job.
 
 Steps (each prints what it did):
 
-1. start a throwaway MariaDB (cdc/sandbox.py) and load TPC-DS ``customer`` (cdc/tpcds.py);
-2. run the job of ``configs/demo.yaml`` with ``--once`` (snapshot, then the binlog up to now);
+1. start a throwaway MariaDB (cdc/sandbox.py) and load TPC-DS ``customer`` (cdc/tpcds.py); with
+   ``--source postgres`` a throwaway PostgreSQL instead (table ``tpcds.customer`` in database
+   ``tpcds``, loaded with COPY; configs/demo-postgres.yaml); with ``--sink kafka`` also a
+   throwaway Kafka broker (cdc/app/sandbox/kafka.py);
+2. run the job of ``configs/demo.yaml`` (``configs/demo-kafka.yaml``) with ``--once`` (snapshot,
+   then the binlog up to now);
 3. update, delete and insert a few customers;
 4. run the job with ``--once`` again (a restart: it resumes from the checkpoint);
-5. query the Delta mirror and changelog by name with Spark SQL (the job registered them in its
+5. Delta: query the mirror and changelog by name with Spark SQL (the job registered them in its
    catalog, ``<state_dir>/catalog``) and check that the mirror equals the source; print the
    ``python -m cdc sql`` command that runs more queries on the same tables.
+   Kafka: read the topics back with a plain ``read_committed`` consumer, print the message counts
+   per topic and op and a few messages, and check that the newest message of each key equals the
+   source (deleted keys end with a tombstone).
 
 Runs on the driver. The work directory (default ``.demo``) is wiped first; the server is removed
 at the end.
@@ -21,18 +28,25 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cdc.app.config import load_config
+import yaml
+
+from cdc.app.config import parse_config
 from cdc.app.runner import JobRunner, catalog_dir
 from cdc.app.sandbox.mysql import Sandbox, sandbox
-from cdc.app.tpcds import generate_customer, load_customer
+from cdc.app.tpcds import CUSTOMER_COLUMNS, generate_customer, load_customer
 from cdc.model.config import JobConfig
 from sinks.delta.config import DeltaSinkConfig
+from sinks.kafka.config import KafkaSinkConfig
 
-DEMO_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "demo.yaml"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+DEMO_CONFIG = CONFIGS / "demo.yaml"
+DEMO_CONFIGS = {"delta": DEMO_CONFIG, "kafka": CONFIGS / "demo-kafka.yaml"}
+SOURCE_CONFIGS = {"mysql": DEMO_CONFIG, "postgres": CONFIGS / "demo-postgres.yaml"}
 DATABASE = "tpcds"
 UPDATED = (1, 2, 3, 4, 5)
 DELETED = (10, 11, 12)
@@ -44,10 +58,59 @@ def _step(message: str) -> None:
 
 
 @contextlib.contextmanager
-def _demo_env(box: Sandbox, workdir: Path) -> Iterator[None]:
-    """The variables configs/demo.yaml refers to, set for the duration of the demo."""
-    values = {"MYSQL_HOST": box.cdc.host, "MYSQL_PORT": str(box.cdc.port), "MYSQL_PASSWORD": box.cdc.password,
-              "CDC_DEMO_DIR": str(workdir)}
+def _kafka_broker(sink: str) -> Iterator[str]:
+    """A throwaway broker for ``--sink kafka`` (its bootstrap address), else nothing ("")."""
+    if sink != "kafka":
+        yield ""
+        return
+    from cdc.app.sandbox.kafka import start_kafka_sandbox
+
+    _step("starting a throwaway Kafka broker (KRaft, temp folder, free port)")
+    broker = start_kafka_sandbox()
+    try:
+        yield broker.bootstrap_servers
+    finally:
+        broker.stop()
+
+
+@dataclass(frozen=True)
+class DemoServer:
+    """The demo's source server: ``admin``/``cdc`` endpoints whose ``connect(database)`` gives a
+    DB-API connection (pymysql or psycopg), the variables its config file names, and its loader."""
+
+    kind: str
+    admin: Any
+    cdc: Any
+    env: dict[str, str]
+    load: Callable[[float], int]
+
+
+@contextlib.contextmanager
+def demo_server(source: str) -> Iterator[DemoServer]:
+    """A throwaway MariaDB (``mysql``) or PostgreSQL (``postgres``), removed on exit."""
+    if source == "postgres":
+        from cdc.app.sandbox.postgres import start_postgres
+
+        _step("starting a throwaway PostgreSQL (temp datadir, free port, wal_level=logical)")
+        pg = start_postgres()
+        try:
+            yield DemoServer("postgres", pg.admin, pg.cdc, {"PG_HOST": pg.cdc.host, "PG_PORT": str(pg.cdc.port),
+                                                            "PG_PASSWORD": pg.cdc.password},
+                             lambda scale: load_tpcds_postgres(pg, scale))
+        finally:
+            pg.stop()
+        return
+    _step("starting a throwaway MariaDB (temp datadir, free port)")
+    with sandbox() as box:
+        yield DemoServer("mysql", box.admin, box.cdc, {"MYSQL_HOST": box.cdc.host, "MYSQL_PORT": str(box.cdc.port),
+                                                       "MYSQL_PASSWORD": box.cdc.password},
+                         lambda scale: load_tpcds(box, scale))
+
+
+@contextlib.contextmanager
+def _demo_env(box: DemoServer, workdir: Path, kafka: str = "") -> Iterator[None]:
+    """The variables configs/demo*.yaml refer to, set for the duration of the demo."""
+    values = {**box.env, "CDC_DEMO_DIR": str(workdir), "KAFKA_BOOTSTRAP": kafka}
     saved = {k: os.environ.get(k) for k in values}
     os.environ.update(values)
     try:
@@ -70,22 +133,45 @@ def load_tpcds(box: Sandbox, scale: float) -> int:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def apply_changes(box: Sandbox) -> None:
+def load_tpcds_postgres(box: Any, scale: float) -> int:
+    """Generate TPC-DS customer at ``scale`` into ``tpcds.customer`` of PostgreSQL database
+    ``tpcds`` (COPY; the CDC role may read it, the sandbox's publication covers it); the row count."""
+    work = Path(tempfile.mkdtemp(prefix="spark-cdc-demo-"))
+    try:
+        csv_file = generate_customer(scale, work)
+        box.create_database(DATABASE)
+        box.create_schema(DATABASE, DATABASE)
+        columns = ", ".join(f'"{name}" {sql_type}' for name, sql_type in CUSTOMER_COLUMNS)
+        with contextlib.closing(box.admin.connect(DATABASE)) as conn, conn.cursor() as cur:
+            cur.execute(f"CREATE TABLE {DATABASE}.customer ({columns}, PRIMARY KEY (c_customer_sk))")
+            with cur.copy(f"COPY {DATABASE}.customer FROM STDIN WITH (FORMAT csv, HEADER true)") as copy, \
+                    csv_file.open("rb") as f:
+                while data := f.read(1 << 20):
+                    copy.write(data)
+            cur.execute(f"SELECT COUNT(*) FROM {DATABASE}.customer")
+            (count,) = cur.fetchone() or (0,)
+            return int(count)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def apply_changes(box: Any) -> None:
     """A few updates, deletes and inserts: the changes the second run must bring over."""
+    deleted = ", ".join(["%s"] * len(DELETED))
     with contextlib.closing(box.admin.connect(DATABASE)) as conn, conn.cursor() as cur:
         for sk in UPDATED:
-            cur.execute("UPDATE customer SET c_email_address = %s, c_preferred_cust_flag = 'Y' "
+            cur.execute(f"UPDATE {DATABASE}.customer SET c_email_address = %s, c_preferred_cust_flag = 'Y' "
                         "WHERE c_customer_sk = %s", (f"changed-{sk}@example.com", sk))
-        cur.execute("DELETE FROM customer WHERE c_customer_sk IN %s", (DELETED,))
+        cur.execute(f"DELETE FROM {DATABASE}.customer WHERE c_customer_sk IN ({deleted})", DELETED)
         for sk in INSERTED:
-            cur.execute("INSERT INTO customer (c_customer_sk, c_customer_id, c_first_name, c_last_name, "
-                        "c_email_address) VALUES (%s, %s, 'New', 'Customer', %s)",
+            cur.execute(f"INSERT INTO {DATABASE}.customer (c_customer_sk, c_customer_id, c_first_name, "
+                        "c_last_name, c_email_address) VALUES (%s, %s, 'New', 'Customer', %s)",
                         (sk, f"NEW{sk:013d}", f"new-{sk}@example.com"))
 
 
-def source_count(box: Sandbox) -> int:
+def source_count(box: Any) -> int:
     with contextlib.closing(box.cdc.connect(DATABASE)) as conn, conn.cursor() as cur:
-        cur.execute("SELECT COUNT(*) FROM customer")
+        cur.execute(f"SELECT COUNT(*) FROM {DATABASE}.customer")
         (count,) = cur.fetchone() or (0,)
         return int(count)
 
@@ -121,42 +207,65 @@ def check_changes(rows: list[Any]) -> list[str]:
     return problems
 
 
-def run_demo(scale: float = 0.1, workdir: Path | None = None, spark: Any | None = None) -> int:
-    """Run the demo end to end; returns an exit code (0 when the mirror equals the source).
+def demo_config(source: str, sink: str) -> tuple[JobConfig, str]:
+    """The demo's job and the files it comes from: the sink's demo file, with ``source:`` taken
+    from configs/demo-postgres.yaml for ``--source postgres --sink kafka``."""
+    if source == "mysql" or sink == "delta":
+        path = DEMO_CONFIGS[sink] if source == "mysql" else SOURCE_CONFIGS[source]
+        return parse_config(yaml.safe_load(path.read_text()), str(path)), str(path)
+    raw = yaml.safe_load(DEMO_CONFIGS[sink].read_text())
+    raw["source"] = yaml.safe_load(SOURCE_CONFIGS[source].read_text())["source"]
+    origin = f"{DEMO_CONFIGS[sink]} (source: from {SOURCE_CONFIGS[source]})"
+    return parse_config(raw, origin), origin
+
+
+def run_demo(scale: float = 0.1, workdir: Path | None = None, spark: Any | None = None,
+             sink: str = "delta", source: str = "mysql") -> int:
+    """Run the demo end to end; returns an exit code (0 when the sink holds the source).
 
     Args:
         scale: TPC-DS scale factor (1 = 100,000 customers; 0.01 = 1,000).
         workdir: where the lake and checkpoint go (wiped first; default ``.demo``).
         spark: a Spark session to use (default: a local one, stopped at the end).
+        sink: ``delta`` (configs/demo.yaml) or ``kafka`` (configs/demo-kafka.yaml).
+        source: ``mysql`` (MariaDB) or ``postgres`` (configs/demo-postgres.yaml's ``source:``).
     """
     started = time.monotonic()
     workdir = (workdir or Path(".demo")).resolve()
     shutil.rmtree(workdir, ignore_errors=True)
-    _step("starting a throwaway MariaDB (temp datadir, free port)")
-    with sandbox() as box, _demo_env(box, workdir):
-        _step(f"server on {box.cdc.address}; loading TPC-DS customer at scale {scale} with tpcgen-cli")
-        rows = load_tpcds(box, scale)
+    with demo_server(source) as box, _kafka_broker(sink) as kafka, _demo_env(box, workdir, kafka):
+        _step(f"{box.kind} on {box.cdc.host}:{box.cdc.port}; loading TPC-DS customer at scale {scale} "
+              "with tpcgen-cli")
+        rows = box.load(scale)
         _step(f"{DATABASE}.customer: {rows} rows")
         from cdc.spark.session import local_session
 
-        config = load_config(DEMO_CONFIG)
+        config, origin = demo_config(source, sink)
+        catalog = catalog_dir(config) if sink == "delta" else None
         session = spark if spark is not None else local_session("spark-cdc-demo", parallelism=2,
-                                                                catalog_dir=catalog_dir(config))
+                                                                catalog_dir=catalog)
         try:
-            return _capture(box, session, config, workdir, started)
+            _run_twice(box, session, config, origin)
+            if sink == "kafka":
+                return _check_kafka(box, config, workdir, started)
+            return _check_lake(box, spark=session, config=config, workdir=workdir, started=started)
         finally:
             if spark is None:
                 session.stop()
 
 
-def _capture(box: Sandbox, spark: Any, config: JobConfig, workdir: Path, started: float) -> int:
-    _step(f"python -m cdc run --config {DEMO_CONFIG.relative_to(DEMO_CONFIG.parent.parent)} --once   "
-          "(snapshot, then the binlog up to now)")
+def _run_twice(box: DemoServer, spark: Any, config: JobConfig, origin: str) -> None:
+    """The job once, the source's changes, then the job again (a restart from the checkpoint)."""
+    shown = origin.replace(str(CONFIGS.parent) + os.sep, "")
+    _step(f"the job of {shown}, --once: the snapshot, then the change log up to now")
     print(JobRunner(config, spark).run(once=True).render(), flush=True)
     _step(f"changing the source: update {len(UPDATED)}, delete {len(DELETED)}, insert {len(INSERTED)} customers")
     apply_changes(box)
     _step("running --once again: it resumes from the checkpoint and brings the changes over")
     print(JobRunner(config, spark).run(once=True).render(), flush=True)
+
+
+def _check_lake(box: DemoServer, spark: Any, config: JobConfig, workdir: Path, started: float) -> int:
     lake = next(s.path for s in config.sink if isinstance(s, DeltaSinkConfig))
     _step(f"querying the tables by name with Spark SQL (files at {lake})")
     mirror_rows, changed = query_lake(spark)
@@ -171,4 +280,49 @@ def _capture(box: Sandbox, spark: Any, config: JobConfig, workdir: Path, started
           f"{time.monotonic() - started:.1f}s. Lake and checkpoint: {workdir}")
     print(f"    more queries: python -m cdc sql --catalog {catalog_dir(config)} "
           f'"SELECT count(*) FROM {DATABASE}.customer"', flush=True)
+    return 0
+
+
+def _check_kafka(box: DemoServer, config: JobConfig, workdir: Path, started: float) -> int:
+    """Read the topics back (read_committed), print counts and a few messages, check each key."""
+    from cdc.app.sandbox.kafka import read_committed
+    from cdc.model.debezium.codec import decode_key, decode_value
+    from cdc.model.schema import TableId
+
+    kafka = next(s for s in config.sink if isinstance(s, KafkaSinkConfig))
+    topic = kafka.topic(TableId(DATABASE, "customer"))
+    _step(f"reading the topics back at {kafka.bootstrap_servers} with a plain consumer "
+          "(isolation.level=read_committed)")
+    messages = read_committed(kafka.bootstrap_servers, topic)
+    ops: dict[str, int] = {}
+    latest: dict[int, Any] = {}
+    shown = set(UPDATED[:1] + DELETED[:1] + INSERTED[:1])
+    for m in messages:
+        key = decode_key(m.key())
+        record = decode_value(m.value())
+        op = "tombstone" if record is None else record.op
+        ops[op] = ops.get(op, 0) + 1
+        sk = int((key or {})["c_customer_sk"])
+        latest[sk] = record
+        if sk in shown and record is not None:
+            email = (record.after or record.before or {}).get("c_email_address")
+            print(f"    {topic} partition {m.partition()} offset {m.offset()}: key {key} op {record.op}"
+                  + (f" c_email_address {email.strip()!r}" if email is not None else ""))
+    markers = read_committed(kafka.bootstrap_servers, kafka.commits_topic())
+    print(f"    {topic}: {len(messages)} messages ({', '.join(f'{k} {v}' for k, v in sorted(ops.items()))})")
+    print(f"    {kafka.commits_topic()}: {len(markers)} batch markers (one per committed transaction)",
+          flush=True)
+    live = {sk: r for sk, r in latest.items() if r is not None and r.op != "d"}
+    problems = [f"update of {sk} missing" for sk in UPDATED
+                if sk not in live or live[sk].after["c_email_address"].strip() != f"changed-{sk}@example.com"]
+    problems += [f"delete of {sk} missing" for sk in DELETED if sk in live]
+    problems += [f"insert of {sk} missing" for sk in INSERTED if sk not in live]
+    expected = source_count(box)
+    if len(live) != expected:
+        problems.append(f"the topic's newest messages hold {len(live)} live keys, the source {expected} rows")
+    if problems:
+        _step("FAILED: " + "; ".join(problems))
+        return 1
+    _step(f"the newest message of every key equals the source ({expected} rows), deletes end in "
+          f"tombstones; done in {time.monotonic() - started:.1f}s. Checkpoint: {workdir}")
     return 0

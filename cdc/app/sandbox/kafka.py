@@ -22,7 +22,9 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from cdc.app.sandbox.mysql import SandboxError, free_port
@@ -182,3 +184,41 @@ def start_kafka_sandbox() -> KafkaSandbox:
     except BaseException:
         box.stop()
         raise
+
+
+def read_committed(bootstrap: str, topic: str, timeout: float = 60.0) -> list[Any]:
+    """Every committed message of ``topic`` as a plain ``read_committed`` consumer sees it
+    (confluent-kafka ``Message`` objects, partitions in order, offsets in order); reads until each
+    partition reaches the end it had when the call began (the demo's read-back).
+
+    Raises:
+        SandboxError: the end was not reached within ``timeout``, or the read failed.
+    """
+    settings = {"bootstrap.servers": bootstrap, "log_level": 3, "enable.auto.commit": False}
+    consumer = Consumer({**settings, "group.id": f"demo-{uuid.uuid4().hex}", "isolation.level": "read_committed",
+                         "enable.partition.eof": True, "fetch.wait.max.ms": 50})
+    probe = Consumer({**settings, "group.id": f"probe-{uuid.uuid4().hex}", "isolation.level": "read_uncommitted"})
+    try:
+        meta = consumer.list_topics(topic, timeout=timeout)
+        partitions = sorted(meta.topics[topic].partitions) if topic in meta.topics else []
+        ends = {p: high for p in partitions
+                for low, high in [probe.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)]
+                if high > low}
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
+        out: list[Any] = []
+        deadline = time.monotonic() + timeout
+        while ends:
+            if time.monotonic() > deadline:
+                raise SandboxError(f"{topic}: end not reached in {timeout:.0f}s (left: {ends})")
+            for msg in consumer.consume(1000, 0.5):
+                err = msg.error()
+                if err is not None and err.code() != KafkaError._PARTITION_EOF:
+                    raise SandboxError(f"reading {topic}: {err.str()}")
+                if err is None:
+                    out.append(msg)
+                if (msg.offset() or 0) + (0 if err is not None else 1) >= ends.get(msg.partition() or 0, 0):
+                    ends.pop(msg.partition() or 0, None)
+        return sorted(out, key=lambda m: (m.partition(), m.offset()))
+    finally:
+        probe.close()
+        consumer.close()
