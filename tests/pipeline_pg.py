@@ -47,6 +47,7 @@ class PgPipeline:
     workdir: Path
     source: dict[str, Any] = field(default_factory=dict)
     job: dict[str, Any] = field(default_factory=dict)
+    sinks: list[dict[str, Any]] = field(default_factory=list)  # default: one Delta lake
     started_at: LsnOffset | None = None
 
     def __post_init__(self) -> None:
@@ -64,7 +65,7 @@ class PgPipeline:
         source = {"type": "postgres", "hostname": c.host, "port": c.port, "username": c.user,
                   "password": c.password, "database": self.database, "tables": [f"{self.schema}\\..*"],
                   "chunk_size": 100, "chunks_per_batch": 4, **self.source}
-        sink = {"type": "delta", "path": str(self.lake), "async_mirror": self.async_mirror}
+        sink = self.sinks or {"type": "delta", "path": str(self.lake), "async_mirror": self.async_mirror}
         return {"source": source, "sink": sink, "checkpoint": str(self.checkpoint),
                 "state_dir": str(self.state_dir), "parallelism": 2, **self.job}
 
@@ -149,28 +150,38 @@ def _split(raws: list[Any], schema: TableSchema) -> list[Any]:
 
 def assert_changelog_exact(p: PgPipeline, table: str, schema: TableSchema) -> None:
     """One r row per snapshotted key; each log change present iff after its chunk's HW."""
+    log = [{"op": r["op"], "after": r["after"], "lsn": r["source"]["lsn"], "commit": r["source"]["commit_lsn"]}
+           for r in p.changelog(table).to_pylist()]
+    assert_log_exact(p, table, schema, log)
+
+
+def assert_log_exact(p: PgPipeline, table: str, schema: TableSchema, log: list[dict[str, Any]]) -> None:
+    """:func:`assert_changelog_exact`'s checks on changes read from any sink, each a dict of
+    ``op``, ``after`` (r rows), ``lsn`` (its own; a snapshot read: its chunk's HW) and
+    ``commit`` (the transaction's commit LSN). A change is identified by (commit, lsn, op)."""
     with contextlib.closing(p.admin()) as conn:
         row = conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()
         assert row is not None
         end = LsnOffset.parse(row[0])
-    log = p.changelog(table).to_pylist()
     key = tuple(schema.primary_key or schema.column_names)
     reads = [r for r in log if r["op"] == "r"]
     read_keys = Counter(_identity(r["after"], key) for r in reads)
     dup = [k for k, n in read_keys.items() if n > 1]
     assert not dup, f"{table}: keys read twice by the snapshot: {dup[:5]}"
-    hw = {_identity(r["after"], key): LsnOffset(r["source"]["lsn"]) for r in reads}
+    hw = {_identity(r["after"], key): LsnOffset(r["lsn"]) for r in reads}
     last_hw = max(hw.values()) if hw else p.started_at
-    events = Counter((r["source"]["commit_lsn"], r["source"]["row"], r["op"]) for r in log if r["op"] != "r")
+    events = Counter((r["commit"], r["lsn"], r["op"]) for r in log if r["op"] != "r")
     twice = [e for e, n in events.items() if n > 1]
     assert not twice, f"{table}: changes written twice: {twice[:5]}"
     reference: dict[tuple[int, int, str], tuple[ChangeLsn, dict[str, Any]]] = {}
     names = schema.column_names
     for position, op, image in reference_changes(p, schema, end):
         values = {c: (None if v is None else str(v)) for c, v in zip(names, image, strict=True)}
-        reference[(position.commit, position.row, op)] = (position, values)
+        ident = (position.commit, position.lsn, op)
+        assert ident not in reference, f"{table}: two changes at {ident} (a multi-insert): identify by row"
+        reference[ident] = (position, values)
     invented = set(events) - set(reference)
-    assert not invented, f"{table}: changelog rows that are no log change: {sorted(invented)[:5]}"
+    assert not invented, f"{table}: changes that are no log change: {sorted(invented)[:5]}"
     for ident, (pos, image) in reference.items():
         k = tuple(int(image[c]) if image[c] is not None else None for c in key)  # integer keys in these tests
         if k in hw:

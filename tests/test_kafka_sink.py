@@ -324,8 +324,7 @@ def test_tombstone_decoding_of_a_whole_topic(kafka_broker: KafkaSandbox, tmp_pat
 @pytest.mark.parametrize("schemas_enable", [True, False])
 def test_encoding_matches_the_debezium_module(tmp_path: Any, schemas_enable: bool) -> None:
     """The staged key and value are exactly what cdc.model.debezium encodes for each change."""
-    from cdc.model.debezium.codec import encode_key
-    from sinks.kafka.messages import _record
+    from cdc.model.debezium.codec import encode_key, record_from_row
 
     s = SINGLE_KEY
     c = KafkaSinkConfig(bootstrap_servers="127.0.0.1:1", staging_path=str(tmp_path), schemas_enable=schemas_enable)
@@ -334,7 +333,7 @@ def test_encoding_matches_the_debezium_module(tmp_path: Any, schemas_enable: boo
                      event("d", row(s, (2,), c_dec=Decimal("1.5")), None, 2)])
     got = encode_rows(c, s, rows)
     for i, r in enumerate(rows.to_pylist()):
-        record = _record(r, s)
+        record = record_from_row(r, s)
         opts = {"schemas_enabled": schemas_enable, "options": c.debezium_options()}
         assert got["value"][i].as_py() == encode_value(record, s, **opts)
         assert got["key"][i].as_py() == encode_key(record, s, **opts)

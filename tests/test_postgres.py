@@ -267,7 +267,10 @@ def test_a_slot_held_by_a_walsender_is_refused(dialect: PostgresDialect, pg_admi
                 if info is not None and info.active_pid is not None:
                     break
                 conn.execute("SELECT pg_sleep(0.05)")
-        with pytest.raises(SlotInUse, match=r"is active for another consumer, pid \d+.*pg_terminate_backend"):
+        # refused at once, not after source.slot_wait_s (the CDC role cannot see the walsender's
+        # backend_type in pg_stat_activity: the check asks pg_stat_get_wal_senders())
+        with pytest.raises(SlotInUse, match=r"active for another consumer, pid \d+, a walsender "
+                                            r"\(a streaming replication client: pg_recvlogical.*pg_terminate_backend"):
             _check(dialect)
     finally:
         proc.terminate()

@@ -122,7 +122,7 @@ class PostgresDialect(Dialect, SupportsLogRelease):
         return matched
 
     def table_schema(self, conn: Any, table: TableId) -> TableSchema:
-        return load_table_schema(conn, table)
+        return load_table_schema(conn, table, self.postgres.database)
 
     def chunk_key(self, schema: TableSchema) -> Column:
         return select_chunk_key(schema, self.postgres.chunk_key_columns.get(str(schema.table_id)), chunkable)

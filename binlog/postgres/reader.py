@@ -154,17 +154,22 @@ class PostgresLogReader:
 
     def _transaction(self, relations: dict[int, Relation], begin: Begin, commit: Commit,
                      txn: list[tuple[RowChange, int]]) -> Iterator[RawChange]:
+        layouts: dict[int, tuple[TableId, TableSchema, list[int], set[int]]] = {}  # per relation, once
         for row, (msg, lsn) in enumerate(txn):
-            rel = relations[msg.relation]
-            table = TableId(rel.namespace, rel.name)
-            schema = self.schemas[table]
-            order = _column_order(rel, schema)
+            layout = layouts.get(msg.relation)
+            if layout is None:
+                rel = relations[msg.relation]
+                table = TableId(rel.namespace, rel.name)
+                schema = self.schemas[table]
+                names = schema.column_names
+                layout = layouts[msg.relation] = (table, schema, _column_order(rel, schema),
+                                                  {names.index(k) for k in schema.primary_key})
+            table, schema, order, keys = layout
             old = None if msg.old is None else tuple(msg.old[i] for i in order)
             new = None if msg.new is None else tuple(msg.new[i] for i in order)
             if new is not None and any(v is UNCHANGED for v in new):
                 new = self._fill_unchanged(schema, old, new)
-            if msg.op == "u" and old is None and new is not None and schema.primary_key:
-                keys = {schema.column_names.index(k) for k in schema.primary_key}
+            if msg.op == "u" and old is None and new is not None and keys:
                 old = tuple(v if i in keys else None for i, v in enumerate(new))  # replica identity DEFAULT
             yield RawChange(table, msg.op, old, new, ChangeLsn(commit.commit_lsn, lsn, row), commit.ts_ms,
                             begin.xid, lsn)

@@ -262,8 +262,9 @@ def slot_info(conn: Any, slot: str) -> SlotInfo | None:
 def ensure_slot(conn: Any, slot: str, database: str, wait_s: float = 120.0) -> SlotInfo:
     """Create the pgoutput slot when missing; check it belongs to this database and is free.
 
-    A slot held by a SQL session (a reader of a job that just died, still finishing its peek)
-    is waited for up to ``wait_s``; one held by a walsender (a streaming consumer) is refused.
+    A slot held by a walsender (a streaming replication client) is refused at once. One held by
+    a SQL session (the reader of a job that was just killed, finishing its peek) is waited for
+    up to ``wait_s`` (``source.slot_wait_s``).
 
     Raises:
         SlotInUse: another consumer holds it.
@@ -286,19 +287,32 @@ def ensure_slot(conn: Any, slot: str, database: str, wait_s: float = 120.0) -> S
                           key="source.slot_name")
     deadline, pause = time.monotonic() + wait_s, 0.01
     while info is not None and info.active_pid is not None:
-        app = conn.execute("SELECT application_name, client_addr::text, backend_type FROM pg_stat_activity "
-                           "WHERE pid = %s", (info.active_pid,)).fetchone()
-        if app is None or app[2] == "walsender" or time.monotonic() > deadline:
-            who = f" ({app[0] or 'no application name'} from {app[1] or 'local'}, {app[2]})" if app else ""
-            raise SlotInUse(f"replication slot {slot!r} is active for another consumer, pid {info.active_pid}{who}: "
-                            "another job or replication client reads it. Stop that consumer, or give this job its "
-                            f"own source.slot_name (to free it: SELECT pg_terminate_backend({info.active_pid});)",
-                            slot=slot)
+        streaming = _is_walsender(conn, info.active_pid)
+        if streaming or time.monotonic() > deadline:
+            raise SlotInUse(_slot_in_use(conn, slot, info.active_pid, streaming, wait_s), slot=slot)
         time.sleep(pause)  # a SQL session's peek ends by itself
         pause = min(pause * 2, 0.2)
         info = slot_info(conn, slot)
     assert info is not None
     return info
+
+
+def _is_walsender(conn: Any, pid: int) -> bool:
+    """True when ``pid`` is a walsender. ``pg_stat_get_wal_senders()`` lists every walsender's
+    pid to any role; ``pg_stat_activity`` hides other roles' ``backend_type``."""
+    row = conn.execute("SELECT EXISTS (SELECT 1 FROM pg_stat_get_wal_senders() WHERE pid = %s)", (pid,)).fetchone()
+    return bool(row and row[0])
+
+
+def _slot_in_use(conn: Any, slot: str, pid: int, streaming: bool, wait_s: float) -> str:
+    app = conn.execute("SELECT application_name, client_addr::text FROM pg_stat_activity WHERE pid = %s",
+                       (pid,)).fetchone()
+    who = f"{(app[0] if app else '') or 'no application name'} from {(app[1] if app else '') or 'local'}"
+    held = (f"a walsender (a streaming replication client: {who})" if streaming else
+            f"a SQL session ({who}) for longer than source.slot_wait_s={wait_s:g}s")
+    return (f"replication slot {slot!r} is active for another consumer, pid {pid}, {held}: another job or "
+            "replication client reads it. Stop that consumer, or give this job its own source.slot_name "
+            f"(to free it: SELECT pg_terminate_backend({pid});)")
 
 
 def check_start(conn: Any, slot: str, start: LsnOffset) -> None:

@@ -129,8 +129,9 @@ def table_oid(conn: Any, table: TableId) -> int:
     return int(row[0])
 
 
-def load_table_schema(conn: Any, table: TableId) -> TableSchema:
-    """A table's columns with their Arrow types, and its primary key (driver).
+def load_table_schema(conn: Any, table: TableId, database: str) -> TableSchema:
+    """A table's columns with their Arrow types, and its primary key (driver); ``database`` is
+    the one ``conn`` is connected to (Debezium's ``source.db``).
 
     Raises:
         TableNotFound: no such table.
@@ -141,7 +142,7 @@ def load_table_schema(conn: Any, table: TableId) -> TableSchema:
                     for name, typname, full, nullable, typmod, category, elem, elem_cat, collation, labels
                     in conn.execute(_SCHEMA_SQL, (oid,)).fetchall())
     pk = tuple(r[0] for r in conn.execute(_PK_SQL, (oid,)).fetchall())
-    return TableSchema(table, columns, pk, CONNECTOR)
+    return TableSchema(table, columns, pk, CONNECTOR, database)
 
 
 _TEMPORAL = {"time", "timetz", "timestamp", "timestamptz"}
@@ -168,9 +169,10 @@ def postgres_column(name: str, typname: str, full: str, nullable: bool, *, typmo
                   arrow=arrow_type(typname, category, typmod, elem, elem_category))
 
 
-def postgres_table(table_id: TableId, columns: tuple[Column, ...], primary_key: tuple[str, ...]) -> TableSchema:
+def postgres_table(table_id: TableId, columns: tuple[Column, ...], primary_key: tuple[str, ...],
+                   database: str | None = None) -> TableSchema:
     """A PostgreSQL table's schema (its changes carry the PostgreSQL connector's source block)."""
-    return TableSchema(table_id, columns, primary_key, CONNECTOR)
+    return TableSchema(table_id, columns, primary_key, CONNECTOR, database)
 
 
 # --- text -> values ----------------------------------------------------------------------------

@@ -96,12 +96,15 @@ class TableSchema:
     """
 
     table_id: TableId
+        database: the database holding the table when ``table_id.db`` names a schema in it
+            (PostgreSQL: Debezium's ``source.db``); None when ``table_id.db`` is the database.
     columns: tuple[Column, ...]
     primary_key: tuple[str, ...]
     connector: str
 
     def column(self, name: str) -> Column:
         for c in self.columns:
+    database: str | None = None
             if c.name.lower() == name.lower():
                 return c
         raise KeyError(f"{self.table_id} has no column {name!r}")

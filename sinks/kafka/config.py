@@ -61,8 +61,9 @@ class KafkaSinkConfig(SinkConfig):
         "values above 2^63-1 wrap) or `precise` (Connect Decimal)")
     decimal_handling_mode: Literal["precise", "string", "double"] = Field(
         default="precise", description="Debezium's `decimal.handling.mode`")
-    time_precision_mode: Literal["adaptive_time_microseconds", "connect"] = Field(
-        default="adaptive_time_microseconds", description="Debezium's `time.precision.mode`")
+    time_precision_mode: Literal["adaptive", "adaptive_time_microseconds", "connect"] | None = Field(
+        default=None, description="Debezium's `time.precision.mode`; default: the source connector's "
+        "(`adaptive_time_microseconds` for MySQL, `adaptive` for PostgreSQL)")
     binary_handling_mode: Literal["bytes", "base64", "base64-url-safe", "hex"] = Field(
         default="bytes", description="Debezium's `binary.handling.mode`")
 

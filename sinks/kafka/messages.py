@@ -5,7 +5,9 @@ Executor side (:class:`KafkaStageWriter`): one writer call encodes one table's c
 change order) and writes them as one Arrow IPC file under the job's staging folder. A delete is
 followed by its tombstone (unless ``tombstones_on_delete: false``). The file holds, per message:
 ``key``, ``value`` (null for a tombstone), ``op`` and ``pos`` (the change's log position, which
-the driver uses to recognise a primary-key update's delete + create pair).
+the driver uses to recognise a primary-key update's delete + create pair). The envelope's
+``source`` block is the table's connector's (MySQL: ``file``/``pos``/``gtid``; PostgreSQL:
+``lsn``/``txId``/``schema`` with the database, from the table's schema, in ``db``).
 
 Driver side (:func:`read_staged`): the commit reads the files back, in the order the batch lists
 them, and :func:`with_headers` adds Debezium's ``__debezium.newkey``/``__debezium.oldkey``
@@ -24,7 +26,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.ipc as ipc
 
-from cdc.model.debezium.codec import ChangeRecord, DebeziumFormatError, SourceInfo, TableEncoder
+from cdc.model.debezium.codec import DebeziumFormatError, TableEncoder, record_from_row
 from cdc.model.schema import TableSchema
 from sinks.base import InvalidChangeBatch, SinkError, SinkWriter, StreamKind
 from sinks.changes import normalize
@@ -54,7 +56,7 @@ class Message:
         key: the key JSON (None for a table without a primary key).
         value: the envelope JSON; None for a tombstone.
         op: the change's op (a tombstone carries its delete's ``d``).
-        pos: the change's log position, ``file:pos:row``.
+        pos: the change's log position (:func:`log_position`).
         headers: Debezium's primary-key-update headers, when any.
     """
 
@@ -124,8 +126,8 @@ def encode_rows(config: KafkaSinkConfig, schema: TableSchema, batch: pa.Table) -
     ops: list[str] = []
     positions: list[str] = []
     for row in batch.to_pylist():
-        record = _record(row, schema)
         try:
+            record = record_from_row(row, schema)
             key = encoder.key(record)
             value = encoder.value(record)
         except DebeziumFormatError as exc:
@@ -137,8 +139,7 @@ def encode_rows(config: KafkaSinkConfig, schema: TableSchema, batch: pa.Table) -
                 f"encodes to {size} bytes, over the limit of {limit}: raise the sink's "
                 f"producer `message.max.bytes` (Java clients: `max.request.size`) and the topic's "
                 f"`max.message.bytes` (broker `message.max.bytes`)", table=str(schema.table_id))
-        s = row["source"]
-        pos = f"{s['file']}:{s['pos']}:{s['row'] or 0}"
+        pos = log_position(row["source"])
         keys.append(key)
         values.append(value)
         ops.append(record.op)
@@ -153,19 +154,13 @@ def encode_rows(config: KafkaSinkConfig, schema: TableSchema, batch: pa.Table) -
                                 schema=MESSAGE_SCHEMA)
 
 
-def _record(row: dict[str, Any], schema: TableSchema) -> ChangeRecord:
-    """A change row (Arrow ``to_pylist`` form) as the Debezium module's record; ``source.db`` and
-    ``source.table`` name the table the rows were staged for."""
-    s = row["source"]
-    ts = int(row["ts_ms"] if row["ts_ms"] is not None else s["ts_ms"] or 0)
-    source = SourceInfo(
-        version=s["version"] or "", connector=s["connector"] or "mysql", name=s["name"] or "",
-        ts_ms=int(s["ts_ms"] or 0), snapshot=s["snapshot"] or "false", db=schema.table_id.db,
-        ts_us=int(s["ts_ms"] or 0) * 1000, ts_ns=int(s["ts_ms"] or 0) * 1_000_000,
-        table=schema.table_id.table, server_id=int(s.get("server_id") or 0), gtid=s.get("gtid"),
-        file=s.get("file") or "", pos=int(s.get("pos") or 0), row=int(s.get("row") or 0),
-        thread=s.get("thread"), query=s.get("query"))
-    return ChangeRecord(row["op"], row["before"], row["after"], source, ts, ts * 1000, ts * 1_000_000)
+def log_position(source: dict[str, Any]) -> str:
+    """A change's log position as text: MySQL ``file:pos:row``; PostgreSQL
+    ``commit_lsn:lsn:row`` (a snapshot read: ``:hw:0``). The two halves of a primary-key update
+    share it."""
+    if "file" in source:
+        return f"{source['file']}:{source['pos']}:{source['row'] or 0}"
+    return f"{source.get('commit_lsn') or ''}:{source.get('lsn')}:{source.get('row') or 0}"
 
 
 def read_staged(staging: str, files: list[dict[str, Any]]) -> Iterator[Message]:

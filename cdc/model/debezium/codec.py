@@ -229,7 +229,8 @@ def _postgres_source(fields: Mapping[str, Any], version: str, name: str, ts_ms: 
                      table: TableId, database: str | None) -> PostgresSourceInfo:
     if database is None:
         raise DebeziumFormatError(
-            f"{table}: a PostgreSQL source block names the database (source.db): pass database=",
+            f"{table}: a PostgreSQL source block names the database (source.db): pass database= "
+            "or a TableSchema with its database",
             table=str(table))
     return PostgresSourceInfo(
         version=version, name=name, ts_ms=ts_ms, snapshot=snapshot, db=database,
@@ -246,7 +247,8 @@ def record_from_row(row: Mapping[str, Any], schema: TableSchema, *,
     Args:
         row: ``op``, ``before``, ``after``, ``source``, ``ts_ms``.
         schema: the table (its ``connector`` picks the source block).
-        database: PostgreSQL: the database name (``source.db``; the row's ``db`` is the schema).
+        database: PostgreSQL: the database name (``source.db``; the row's ``db`` is the schema);
+            default ``schema.database``.
 
     Raises:
         DebeziumFormatError: a PostgreSQL row without ``database``.
@@ -258,7 +260,7 @@ def record_from_row(row: Mapping[str, Any], schema: TableSchema, *,
     source: AnySourceInfo
     if schema.connector == POSTGRESQL:
         source = _postgres_source(s, s["version"] or "", s["name"] or "", source_ts,
-                                  s["snapshot"] or "false", table, database)
+                                  s["snapshot"] or "false", table, database or schema.database)
     else:
         source = SourceInfo(
             version=s["version"] or "", connector=s["connector"] or "mysql", name=s["name"] or "",

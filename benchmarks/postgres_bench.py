@@ -1,0 +1,568 @@
+"""The Postgres source benchmark: TPC-DS ``customer`` from PostgreSQL into Delta, against the limit
+and the peers, in the style of (and with the helpers of) benchmarks/tpcds_customer.py.
+
+Run: ``.venv/bin/python benchmarks/postgres_bench.py [--scale 100] [--quick] [--stream-paths] [--keep]``
+(``make bench`` runs the default at scale 100). Scale 1 is 100,000 rows, scale 100 is 2,000,000.
+
+Starts a throwaway PostgreSQL (``cdc.app.sandbox.postgres``, ``wal_level=logical``, shared_buffers
+sized to hold the table), generates ``customer`` with ``tpcgen-cli`` and loads it with
+``COPY ... FROM STDIN`` (then ``VACUUM ANALYZE``, so that no phase pays for hint bits), and measures,
+in one run on the same data:
+
+* **limit**: ``psql -c 'COPY public.customer TO STDOUT' > /dev/null`` (after a warm-up, timed first
+  and last; ratios use the fastest);
+* **single reader**: one psycopg connection, ``COPY (SELECT ... ORDER BY c_customer_sk) TO STDOUT``
+  as CSV, parsed by Arrow and converted with the dialect's types, streamed into one Delta table (one
+  commit): a Debezium-style single-threaded snapshot. It writes the mirror only;
+* **Spark JDBC peer**: ``spark.read.jdbc`` partitioned on c_customer_sk over MIN..MAX with
+  numPartitions = parallelism (the PostgreSQL JDBC driver of jars/spark, ``fetchsize`` streaming),
+  written as Parquet by the JVM;
+* **ours**: the snapshot phase of the real job (available-now, startup mode ``initial``) into the
+  Delta mirror and changelog, at parallelism 2 (``--parallelism``), ``chunks_per_batch`` 4 x p;
+* **catch-up**: ``--updates`` row updates (``UPDATE ... WHERE key BETWEEN a AND b``, 1,000 rows each)
+  after the snapshot, then one available-now run: changes/s into both tables, from the query's
+  start until the mirror holds the last change;
+* **visibility latency**: a continuous run (``--trigger``) while single-row updates commit at
+  ``--latency-rate``/s, each writing a unique marker: p50/p99 from the commit in PostgreSQL to the
+  changelog commit, and to the mirror commit (``pipeline_bench.visibility``);
+* with ``--stream-paths``: the two ways to read the catch-up's backlog from a slot, without Spark:
+  ``pg_logical_slot_peek_binary_changes`` (what the job does) and psycopg2's replication connection
+  (``START_REPLICATION ... LOGICAL`` with pgoutput), both decoded by ``binlog/postgres/pgoutput.py``.
+
+Prints a table with ratios and writes ``benchmarks/results/postgres-<date>-sf<scale>[-quick].json``.
+The machine is shared: each line notes the load average at its start. Targets (reported, never
+asserted): ours >= 1.2x the JDBC peer, catch-up >= 100k changes/s (as for MySQL).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import deltalake
+import pyarrow as pa
+import pyarrow.csv as pacsv
+from pipeline_bench import (
+    ChildPhase,
+    MarkerWriter,
+    emit,
+    stop_when_caught_up,
+    visibility,
+)
+from tpcds import buffer_pool_mib
+from tpcds_customer import (
+    Line,
+    _after_start_up,
+    _median,
+    _pipeline_detail,
+    load,
+    table_text,
+    verdict,
+)
+
+from binlog.postgres.positions import LsnOffset
+from cdc.app.sandbox.postgres import PgEndpoint, PostgresSandbox, binaries, start_postgres
+from cdc.app.tpcds import CUSTOMER_COLUMNS, customer_rows, generate_customer
+
+RESULTS = Path(__file__).with_name("results")
+SCHEMA, TABLE, KEY = "public", "customer", "c_customer_sk"
+SLOT = "bench_customer"
+UPDATES = 300_000
+
+
+@dataclass(frozen=True)
+class PgCustomer:
+    """A loaded TPC-DS customer table in a running PostgreSQL sandbox."""
+
+    box: PostgresSandbox
+    database: str
+    rows: int
+
+
+@contextlib.contextmanager
+def pg_customer(scale: int) -> Iterator[PgCustomer]:
+    """Start PostgreSQL, generate and COPY customer at ``scale``; stop and clean up on exit."""
+    box = start_postgres(settings={"shared_buffers": f"{buffer_pool_mib(scale)}MB"})
+    work = Path(tempfile.mkdtemp(prefix="spark-cdc-tpcds-pg-"))
+    try:
+        csv_file = generate_customer(scale, work)
+        database = box.create_database("tpcds")
+        cols = ", ".join(f'"{name}" {sql_type}' for name, sql_type in CUSTOMER_COLUMNS)
+        with contextlib.closing(box.admin.connect(database)) as conn:
+            conn.execute(f'CREATE TABLE {SCHEMA}.{TABLE} ({cols}, PRIMARY KEY ("{KEY}"))')
+            with conn.cursor() as cur, cur.copy(f"COPY {SCHEMA}.{TABLE} FROM STDIN WITH (FORMAT csv, HEADER true)") \
+                    as copy, open(csv_file, "rb") as f:
+                while block := f.read(1 << 20):
+                    copy.write(block)
+            conn.execute(f"VACUUM ANALYZE {SCHEMA}.{TABLE}")
+            conn.execute("CHECKPOINT")
+            row = conn.execute(f"SELECT count(*) FROM {SCHEMA}.{TABLE}").fetchone()
+        csv_file.unlink()
+        yield PgCustomer(box, database, int(row[0]) if row else 0)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        box.stop()
+
+
+# --- child side: the phases that need a process of their own -----------------------------------
+
+
+def single_phase(spec: dict[str, Any]) -> dict[str, Any]:
+    """One connection, one ``COPY (SELECT ... ORDER BY key)``, streamed into one Delta commit.
+
+    The CSV is cut into blocks at line ends (customer's values hold no newline)."""
+    from deltalake import write_deltalake
+
+    from binlog.postgres.types import load_table_schema, texts_to_table
+    from cdc.model.schema import TableId
+    from sinks.changes import mirror_schema
+
+    cdc = PgEndpoint(**spec["cdc"])
+    conn = cdc.connect(spec["database"])
+    schema = load_table_schema(conn, TableId(SCHEMA, TABLE), spec["database"])
+    target, names = mirror_schema(schema), [f"c{i}" for i in range(len(schema.columns))]
+    cols = ", ".join(f'"{c}"' for c in schema.column_names)
+    rows = 0
+
+    def parse(data: bytes) -> pa.RecordBatch:
+        texts = pacsv.read_csv(pa.py_buffer(data), read_options=pacsv.ReadOptions(
+            column_names=names, block_size=len(data) + 1), convert_options=pacsv.ConvertOptions(
+            column_types=dict.fromkeys(names, pa.string()), strings_can_be_null=True,
+            quoted_strings_can_be_null=False, null_values=[""]))
+        table = texts_to_table([texts.column(n).combine_chunks() for n in names], schema)
+        return pa.RecordBatch.from_arrays([c.combine_chunks() for c in table.columns], schema=target)
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        nonlocal rows
+        query = f"COPY (SELECT {cols} FROM {SCHEMA}.{TABLE} ORDER BY \"{KEY}\") TO STDOUT WITH (FORMAT csv)"
+        pending = io.BytesIO()
+        with conn.cursor() as cur, cur.copy(query) as copy:
+            for data in copy:
+                pending.write(data)
+                if pending.tell() >= 16 << 20:
+                    whole = pending.getvalue()
+                    cut = whole.rindex(b"\n") + 1
+                    batch = parse(whole[:cut])
+                    rows += batch.num_rows
+                    yield batch
+                    pending = io.BytesIO()
+                    pending.write(whole[cut:])
+        if pending.tell():
+            batch = parse(pending.getvalue())
+            rows += batch.num_rows
+            yield batch
+
+    emit("ready")
+    started = time.perf_counter()
+    write_deltalake(spec["out"], pa.RecordBatchReader.from_batches(target, batches()), mode="overwrite")
+    conn.close()
+    return {"seconds": time.perf_counter() - started, "rows": rows}
+
+
+def jdbc_phase(spec: dict[str, Any]) -> dict[str, Any]:
+    """``spark.read.jdbc`` with numPartitions on the key range (the PostgreSQL JDBC driver), as Parquet."""
+    import pyarrow.parquet as pq
+
+    from cdc.spark.session import local_session
+
+    p = spec["parallelism"]
+    spark = local_session("spark-cdc-bench-jdbc", parallelism=p)
+    props = {"user": spec["user"], "password": spec["password"], "driver": "org.postgresql.Driver",
+             "fetchsize": str(spec["fetchsize"])}
+    table = f"{SCHEMA}.{TABLE}"
+    spark.read.jdbc(spec["url"], table, properties=props).schema  # noqa: B018  (load the driver)
+    emit("ready")
+    started = time.perf_counter()
+    df = spark.read.jdbc(spec["url"], table, column=KEY, lowerBound=spec["lower"], upperBound=spec["upper"],
+                         numPartitions=p, properties=props)
+    df.write.mode("overwrite").parquet(spec["out"])
+    seconds = time.perf_counter() - started
+    spark.stop()
+    files = sorted(Path(spec["out"]).glob("*.parquet"))
+    return {"seconds": seconds, "rows": sum(pq.ParquetFile(f).metadata.num_rows for f in files)}
+
+
+def stream_paths_phase(spec: dict[str, Any]) -> dict[str, Any]:
+    """The backlog ``(start, end]`` of a slot read twice, without Spark: by peeking (the job's way)
+    and by psycopg2's replication connection; both decode every message with our pgoutput decoder
+    and keep the row changes. Neither consumes the slot."""
+    from binlog.postgres import pgoutput
+    from binlog.postgres.positions import format_lsn
+
+    cdc = PgEndpoint(**spec["cdc"])
+    end = LsnOffset.parse(spec["end"])
+    out: dict[str, Any] = {}
+    def peek() -> dict[str, Any]:
+        with contextlib.closing(cdc.connect(spec["database"])) as conn:
+            started = time.perf_counter()
+            rows = conn.execute("SELECT data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, NULL, "
+                                "'proto_version', '1', 'publication_names', 'spark_cdc')",
+                                (spec["slot"], format_lsn(end.lsn))).fetchall()
+            changes = sum(isinstance(pgoutput.decode(data), pgoutput.RowChange) for (data,) in rows)
+            return {"seconds": time.perf_counter() - started, "changes": changes, "messages": len(rows)}
+
+    first = peek()  # each path twice, alternating (the first read warms the WAL in the page cache)
+    runs = [_replication_read(cdc, spec, first["messages"]), peek(),
+            _replication_read(cdc, spec, first["messages"])]
+    out["peek"] = min([first, runs[1]], key=lambda r: r["seconds"])
+    out["replication"] = min([runs[0], runs[2]], key=lambda r: r.get("seconds", float("inf")))
+    out["stream_task"] = _stream_task(cdc, spec, end)
+    return out
+
+
+def _stream_task(cdc: PgEndpoint, spec: dict[str, Any], end: LsnOffset) -> dict[str, Any]:
+    """The stream task's own work on the backlog, without Spark: the dialect's log reader from the
+    slot's position to ``end`` (peek, pgoutput, values, Arrow change rows), cProfiled."""
+    import cProfile
+
+    from pipeline_bench import top_functions
+
+    from binlog.postgres.config import PostgresSourceConfig
+    from binlog.postgres.dialect import PostgresDialect
+    from binlog.postgres.server import slot_info
+    from cdc.model.schema import TableId
+
+    dialect = PostgresDialect(PostgresSourceConfig(
+        hostname=cdc.host, port=cdc.port, username=cdc.user, password=cdc.password,  # type: ignore[arg-type]
+        database=spec["database"], tables=[f"{SCHEMA}\\.{TABLE}"], slot_name=spec["slot"]))
+    with contextlib.closing(dialect.connect()) as conn:
+        schema = dialect.table_schema(conn, TableId(SCHEMA, TABLE))
+        info = slot_info(conn, spec["slot"])
+    assert info is not None and info.confirmed is not None
+    prof = cProfile.Profile()
+    started, changes = time.perf_counter(), 0
+    prof.enable()
+    with dialect.log_reader(0, [schema]) as reader:
+        for rows in reader.change_rows(info.confirmed, end):
+            changes += rows.rows.num_rows
+    prof.disable()
+    return {"seconds": time.perf_counter() - started, "changes": changes,
+            "profile_tottime": top_functions(prof, "tottime", 12)}
+
+
+def _replication_read(cdc: PgEndpoint, spec: dict[str, Any], messages: int, timeout: float = 600.0) -> dict[str, Any]:
+    """psycopg2's LogicalReplicationConnection from the slot's position until it delivered
+    ``messages`` messages, the peek's count (no feedback is sent: the slot stays where it was)."""
+    try:
+        import psycopg2  # type: ignore[import-untyped,unused-ignore]
+        import psycopg2.extras  # type: ignore[import-untyped,unused-ignore]
+    except ImportError:
+        return {"error": "psycopg2 is not installed (pip install psycopg2-binary)"}
+    import select
+
+    from binlog.postgres import pgoutput
+
+    conn = psycopg2.connect(host=cdc.host, port=cdc.port, user=cdc.user, password=cdc.password,
+                            dbname=spec["database"], connection_factory=psycopg2.extras.LogicalReplicationConnection)
+    cur = conn.cursor()
+    started = time.perf_counter()
+    cur.start_replication(slot_name=spec["slot"], decode=False,
+                          options={"proto_version": "1", "publication_names": "spark_cdc"})
+    changes = seen = 0
+    while seen < messages and time.perf_counter() - started < timeout:
+        msg = cur.read_message()
+        if msg is None:
+            select.select([cur], [], [], 1.0)
+            continue
+        seen += 1
+        changes += isinstance(pgoutput.decode(bytes(msg.payload)), pgoutput.RowChange)
+    seconds = time.perf_counter() - started
+    conn.close()
+    return {"seconds": seconds, "changes": changes, "messages": seen}
+
+
+PHASES = {"pg_single": single_phase, "pg_jdbc": jdbc_phase, "pg_stream_paths": stream_paths_phase}
+
+
+def child_main() -> None:
+    spec = json.loads(sys.stdin.read())
+    emit("result", **PHASES[spec["kind"]](spec))
+
+
+class PgChildPhase(ChildPhase):
+    """:class:`ChildPhase` for the phases above: this file is the child (``--child``)."""
+
+    def __init__(self, spec: dict[str, Any], log_path: Path) -> None:
+        import queue
+
+        from pipeline_bench import RssPeaks
+
+        self.log_path = log_path
+        self._log = open(log_path, "w")  # noqa: SIM115  (closed in wait)
+        env = {**os.environ, "SPARK_CDC_SPARK_LOG_LEVEL": os.environ.get("SPARK_CDC_SPARK_LOG_LEVEL", "ERROR")}
+        self.proc = subprocess.Popen([sys.executable, __file__, "--child"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self._log, text=True, env=env)
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(spec))
+        self.proc.stdin.close()
+        self.events: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self.rss, self.server_pid = RssPeaks(), None
+        self._done = threading.Event()
+        threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=self._sample, daemon=True).start()
+
+
+# --- parent side ---------------------------------------------------------------------------------
+
+
+def apply_updates(admin: PgEndpoint, t: PgCustomer, updates: int, per_statement: int = 1000) -> tuple[int, float]:
+    """Update ``updates`` rows in key-range statements of ``per_statement`` rows (every row changes:
+    c_birth_day moves to another day); changed rows, seconds."""
+    changed, done, started = 0, 0, time.perf_counter()
+    sql = (f'UPDATE {SCHEMA}.{TABLE} SET "c_birth_day" = MOD(COALESCE("c_birth_day", 0), 28) + 1 '
+           f'WHERE "{KEY}" BETWEEN %s AND %s')
+    with contextlib.closing(admin.connect(t.database)) as conn:
+        while done < updates:
+            lo = done % t.rows + 1
+            hi = min(lo + min(per_statement, updates - done) - 1, t.rows)
+            changed += conn.execute(sql, (lo, hi)).rowcount
+            done += hi - lo + 1
+    return changed, time.perf_counter() - started
+
+
+class PgMarkerWriter(MarkerWriter):
+    """:class:`MarkerWriter`'s timed single-row updates, in PostgreSQL's SQL."""
+
+    def _write(self, started: float, rng: Any) -> None:
+        from pipeline_bench import MARKER_BASE
+
+        sql = f'UPDATE {SCHEMA}.{TABLE} SET "c_last_review_date_sk" = %s WHERE "{KEY}" = %s'
+        try:
+            with contextlib.closing(self.admin.connect(self.table.database)) as conn:
+                while not self._stopping.is_set():
+                    seq = next(self._sequence)
+                    due = started + seq / self.rate
+                    if due - started >= self.seconds:
+                        return
+                    if due > time.perf_counter():
+                        self._stopping.wait(due - time.perf_counter())
+                    conn.execute(sql, (MARKER_BASE + seq, rng.randint(1, self.table.rows)))
+                    self.commit_ms[seq] = time.time() * 1000
+        except Exception as exc:  # reported with the counts
+            self.error = repr(exc)
+
+
+class Bench:
+    """Runs every phase against one loaded table and collects the lines."""
+
+    def __init__(self, table: PgCustomer, args: argparse.Namespace, work: Path) -> None:
+        self.table, self.args, self.work = table, args, work
+        self.lines: list[Line] = []
+        self.facts: dict[str, Any] = {}
+
+    def add(self, line: Line) -> Line:
+        self.lines.append(line)
+        print(f"  {line.name:<44} {line.rows:>10,} rows {line.seconds:>7.2f}s {line.rate:>10,.0f}/s"
+              f"  load {line.load}", flush=True)
+        return line
+
+    def raw_scan(self, name: str) -> None:
+        """``COPY ... TO STDOUT`` through psql into /dev/null (psql is PostgreSQL's C client)."""
+        c = self.table.box.cdc
+        cmd = [str(binaries() / "psql"), "-X", "-q", "-h", c.host, "-p", str(c.port), "-U", c.user,
+               "-d", self.table.database, "-c", f"COPY {SCHEMA}.{TABLE} TO STDOUT"]
+        started_load, started = load(), time.perf_counter()
+        subprocess.run(cmd, env={**os.environ, "PGPASSWORD": c.password}, stdout=subprocess.DEVNULL, check=True)
+        self.add(Line(name, "limit", self.table.rows, time.perf_counter() - started, started_load, 1))
+
+    def single_reader(self) -> None:
+        spec = {"kind": "pg_single", "cdc": asdict(self.table.box.cdc), "database": self.table.database,
+                "out": str(self.work / "single" / TABLE)}
+        started_load = load()
+        r = PgChildPhase(spec, self.work / "single.log").wait()
+        self.add(Line("single reader (psycopg COPY ORDER BY key -> Delta)", "peer", r["rows"], r["seconds"],
+                      started_load, 1))
+
+    def jdbc(self, p: int) -> None:
+        t, c = self.table, self.table.box.cdc
+        with contextlib.closing(c.connect(t.database)) as conn:
+            lo, hi = conn.execute(f'SELECT MIN("{KEY}"), MAX("{KEY}") FROM {SCHEMA}.{TABLE}').fetchone() or (1, t.rows)
+        spec = {"kind": "pg_jdbc", "url": f"jdbc:postgresql://{c.host}:{c.port}/{t.database}", "user": c.user,
+                "password": c.password, "lower": int(lo), "upper": int(hi), "parallelism": p,
+                "fetchsize": self.args.jdbc_fetchsize, "out": str(self.work / f"jdbc-p{p}")}
+        started_load = load()
+        child = PgChildPhase(spec, self.work / f"jdbc-p{p}.log")
+        r = child.wait()
+        self.add(Line(f"Spark JDBC peer p={p} (-> Parquet)", "peer", r["rows"], r["seconds"], started_load, p,
+                      child.rss.to_dict()))
+
+    def source(self, cpb: int) -> dict[str, Any]:
+        c, t = self.table.box.cdc, self.table
+        return {"type": "postgres", "hostname": c.host, "port": c.port, "username": c.user, "password": c.password,
+                "database": t.database, "tables": [f"{SCHEMA}\\.{TABLE}"], "chunk_size": self.args.chunk_size,
+                "chunks_per_batch": cpb, "slot_name": SLOT, "startup_mode": "initial"}
+
+    def pipeline(self, slug: str, job: Path, p: int, cpb: int, trigger: str = "available-now") -> ChildPhase:
+        spec = {"kind": "pipeline", "parallelism": p, "source": self.source(cpb), "trigger": trigger,
+                "state_dir": str(job / "checkpoint_state"), "lake": str(job / "lake"),
+                "checkpoint": str(job / "checkpoint"), "query_id": job.name, "sink": "delta"}
+        return ChildPhase(spec, self.work / f"{slug}.log", None)
+
+    def snapshot(self, p: int, cpb: int) -> Path:
+        job = self.work / f"ours-p{p}"
+        started_load, child = load(), self.pipeline(f"ours-p{p}", job, p, cpb)
+        r = child.wait()
+        mirror = deltalake.DeltaTable(str(job / "lake" / SCHEMA / TABLE)).to_pyarrow_dataset().count_rows()
+        detail = _pipeline_detail(r)
+        detail.update(mirror_rows=mirror, mirror_ok=mirror == self.table.rows, chunks_per_batch=cpb,
+                      **_after_start_up(r, r["snapshot_rows"]))
+        self.add(Line(f"ours p={p}, {cpb} chunks/batch", "ours", r["snapshot_rows"], r["seconds"],
+                      started_load, p, child.rss.to_dict(), detail))
+        return job
+
+    def lsn(self) -> str:
+        with contextlib.closing(self.table.box.admin.connect(self.table.database)) as conn:
+            row = conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()
+        return str(row[0]) if row else "0/0"
+
+    def catch_up(self, job: Path, p: int, cpb: int) -> None:
+        if self.args.stream_paths:  # a second slot at the burst's start, for the read-path comparison
+            with contextlib.closing(self.table.box.admin.connect(self.table.database)) as conn:
+                conn.execute("SELECT pg_create_logical_replication_slot('bench_paths', 'pgoutput')")
+        changed, seconds = apply_updates(self.table.box.admin, self.table, self.args.updates)
+        self.facts["burst"] = {"updates": changed, "seconds": round(seconds, 2),
+                               "server_rows_per_s": round(changed / seconds)}
+        end = self.lsn()
+        started_load, child = load(), self.pipeline(f"catch-up-p{p}", job, p, cpb)
+        r = child.wait()
+        detail = _pipeline_detail(r)
+        detail.update(expected_changes=changed, changes_ok=r["change_rows"] == changed, mirror_drain_s=r.get("drain_s"))
+        self.add(Line(f"stream catch-up p={p} ({changed:,} updates)", "catch-up", r["change_rows"], r["seconds"],
+                      started_load, p, child.rss.to_dict(), detail))
+        if self.args.stream_paths:
+            self.stream_paths(end)
+
+    def stream_paths(self, end: str) -> None:
+        spec = {"kind": "pg_stream_paths", "cdc": asdict(self.table.box.cdc), "database": self.table.database,
+                "slot": "bench_paths", "end": end}
+        r = PgChildPhase(spec, self.work / "stream-paths.log").wait()
+        paths = {k: r[k] for k in ("peek", "replication", "stream_task")}
+        for v in paths.values():
+            if "seconds" in v:
+                v["changes_per_s"] = round(v["changes"] / v["seconds"]) if v["seconds"] else 0
+                v["seconds"] = round(v["seconds"], 2)
+        self.facts["stream_paths"] = paths
+        shown = {k: {f: v.get(f) for f in ("seconds", "changes", "changes_per_s", "error") if f in v}
+                 for k, v in paths.items()}
+        print(f"  stream read paths, no Spark (read + pgoutput decode; stream_task: the dialect's whole log "
+              f"reader): {json.dumps(shown)}\n{paths['stream_task']['profile_tottime']}", flush=True)
+        with contextlib.closing(self.table.box.admin.connect(self.table.database)) as conn:
+            conn.execute("SELECT pg_drop_replication_slot('bench_paths')")
+
+    def latency(self, job: Path, p: int, cpb: int) -> None:
+        a = self.args
+        writer = PgMarkerWriter(self.table.box.admin, self.table, a.latency_rate, a.latency_warmup + a.latency_seconds)
+        seen: list[int] = []
+        batches: list[dict[str, Any]] = []
+        child = self.pipeline(f"latency-p{p}", job, p, cpb, trigger=a.trigger)
+
+        def on_event(event: dict[str, Any]) -> None:
+            if event["event"] == "started" and not writer.is_alive() and not writer.finished.is_set():
+                writer.start()
+            elif event["event"] == "batch":
+                batches.append(event)
+                seen.append(event["change_rows"])
+
+        threading.Thread(target=stop_when_caught_up, args=(child, writer, seen, a.latency_seconds + 300),
+                         daemon=True).start()
+        try:
+            r = child.wait(on_event)
+        finally:
+            writer.stop()
+        lat = visibility(job / "lake" / SCHEMA, TABLE, writer, a.latency_warmup)
+        lat.update(batches=len(batches), batch_seconds_median=_median([b["seconds"] for b in batches]),
+                   changes_per_batch_median=_median([b["change_rows"] for b in batches]),
+                   progress=r["progress"], trigger=a.trigger, load=load())
+        self.facts["visibility"] = lat
+        print(f"  visibility of {lat['changes']:,} changes at {lat['achieved_rate']:,.0f}/s: changelog p50 "
+              f"{lat['changelog_p50_s']}s p99 {lat['changelog_p99_s']}s; mirror p50 {lat['mirror_p50_s']}s "
+              f"p99 {lat['mirror_p99_s']}s ({lat['missing']} not visible)", flush=True)
+
+
+def run(bench: Bench) -> None:
+    """Every phase, in order (the snapshot leaves the checkpoint that catch-up and latency continue)."""
+    p = bench.args.parallelism
+    cpb = 4 * p
+    bench.raw_scan("raw scan, warm-up (psql COPY TO STDOUT)")
+    bench.raw_scan("raw scan (psql COPY TO STDOUT)")
+    bench.single_reader()
+    bench.jdbc(p)
+    job = bench.snapshot(p, cpb)
+    bench.catch_up(job, p, cpb)
+    bench.latency(job, p, cpb)
+    bench.raw_scan("raw scan again, at the end")
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=cast(str, __doc__).split("\n", 1)[0])
+    p.add_argument("--scale", type=int, default=100, help="TPC-DS scale (1 = 100k rows, 100 = 2M)")
+    p.add_argument("--quick", action="store_true", help="100k updates and a 10 s latency window")
+    p.add_argument("--parallelism", type=int, default=2, help="parallelism of ours and the JDBC peer")
+    p.add_argument("--chunk-size", type=int, default=8096, help="rows per snapshot chunk")
+    p.add_argument("--updates", type=int, default=UPDATES, help="row updates applied before the catch-up run")
+    p.add_argument("--latency-rate", type=float, default=1000.0, help="single-row updates/s of the latency run")
+    p.add_argument("--latency-seconds", type=float, default=30.0, help="how long the measured latency window is")
+    p.add_argument("--latency-warmup", type=float, default=5.0, help="seconds of writes before the measured window")
+    p.add_argument("--trigger", default="200 milliseconds", help="processing-time trigger of the latency run")
+    p.add_argument("--jdbc-fetchsize", type=int, default=10_000, help="JDBC fetchsize of the Spark peer")
+    p.add_argument("--stream-paths", action="store_true", help="also compare the slot read paths (peek vs "
+                   "psycopg2's replication connection) on the catch-up's backlog")
+    p.add_argument("--keep", action="store_true", help="keep the work directory (lakes, checkpoints, logs)")
+    args = p.parse_args()
+    if args.quick:
+        args.updates = min(args.updates, 100_000)
+        args.latency_seconds = min(args.latency_seconds, 10.0)
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    print(f"TPC-DS customer in PostgreSQL, scale {args.scale} (~{customer_rows(args.scale):,} rows); "
+          f"load average {os.getloadavg()}", flush=True)
+    work = Path(tempfile.mkdtemp(prefix="spark-cdc-bench-pg-"))
+    started, load_start = time.perf_counter(), load()
+    try:
+        with pg_customer(args.scale) as table:
+            print(f"PostgreSQL {table.box.version}: loaded {table.rows:,} rows in "
+                  f"{time.perf_counter() - started:.0f}s; work dir {work}", flush=True)
+            bench = Bench(table, args, work)
+            run(bench)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    lines, facts = bench.lines, bench.facts
+    result = verdict(lines, facts)
+    print("\n" + table_text(lines))
+    print(f"\nLoad average {load_start} at the start, {load()} at the end (2 shared cores: "
+          f"{'noisy numbers' if max(load_start, load()) > 2 else 'quiet'}).")
+    print("targets:", json.dumps(result["got"]), "met:", json.dumps(result["met"]))
+    stamp = dt.date.today().isoformat()
+    out = RESULTS / f"postgres-{stamp}-sf{args.scale}{'-quick' if args.quick else ''}.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps({
+        "scale": args.scale, "rows": table.rows, "date": stamp, "args": vars(args), "postgres": table.box.version,
+        "load_average": {"start": load_start, "end": load()}, "wall_seconds": round(time.perf_counter() - started),
+        **result, "lines": [{**asdict(ln), "rows_per_s": round(ln.rate)} for ln in lines], **facts,
+    }, indent=2, default=str) + "\n")
+    print(f"wrote {out} in {time.perf_counter() - started:.0f}s")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--child"]:
+        child_main()
+    else:
+        main()

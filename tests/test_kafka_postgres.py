@@ -1,0 +1,199 @@
+"""Postgres -> Kafka: the Debezium PostgreSQL connector's envelope, exactly once.
+
+The unit tests encode Postgres change rows with the Kafka sink's writer (no server). The pipeline
+test runs the real job from a real PostgreSQL into a real broker while a writer changes the rows
+being snapshotted, crashes it after Kafka committed a batch and before Spark's commit log, and
+reads the topic back with a plain ``isolation.level=read_committed`` consumer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pyarrow as pa
+import pytest
+from faults import InjectedFault
+from kafka_broker import Record, read_topic
+from pipeline import _identity, _normalize, kafka_sink, writing
+from pipeline_pg import PgPipeline, PgRandomWriter, assert_log_exact
+from test_debezium_postgres import ANNE, CUSTOMERS, KEY_ONLY, change_row, col, pg_source
+
+from binlog.postgres.types import postgres_table
+from cdc.app.runner import JobFailed
+from cdc.app.sandbox.kafka import KafkaSandbox
+from cdc.app.sandbox.postgres import PostgresSandbox
+from cdc.model.debezium.codec import decode_value
+from cdc.model.debezium.connect import POSTGRES_SOURCE_FIELDS
+from cdc.model.envelope import envelope_schema
+from cdc.model.schema import TableId, TableSchema
+from sinks.base import InvalidChangeBatch
+from sinks.kafka.config import KafkaSinkConfig
+from sinks.kafka.messages import NEW_KEY_HEADER, OLD_KEY_HEADER, encode_rows
+
+SOURCE_FIELDS = [name for name, _, _ in POSTGRES_SOURCE_FIELDS]
+
+
+def _config(tmp: Path, **over: Any) -> KafkaSinkConfig:
+    return KafkaSinkConfig(bootstrap_servers="127.0.0.1:1", staging_path=str(tmp), **over)
+
+
+def _rows(schema: TableSchema, rows: list[dict[str, Any]]) -> pa.Table:
+    return pa.Table.from_pylist(rows, schema=envelope_schema(schema))
+
+
+# --- the envelope (no server) --------------------------------------------------------------------
+
+
+def test_postgres_rows_get_the_postgresql_source_block(tmp_path: Path) -> None:
+    """db is the database (from the table's schema), schema/table/txId/lsn/sequence are the
+    change's; a primary-key update's delete and create share one position."""
+    schema = postgres_table(CUSTOMERS.table_id, CUSTOMERS.columns, CUSTOMERS.primary_key, database="inventory")
+    moved = {**ANNE, "id": 2}
+    src = pg_source(ts_ms=7, sequence='["900","880"]', txId=42, lsn=880, commit_lsn=900, row=0)
+    rows = _rows(schema, [
+        change_row(schema, "r", None, ANNE, pg_source(ts_ms=5, snapshot="true", lsn=700,
+                                                      sequence='[null,"700"]'), 5),
+        change_row(schema, "d", KEY_ONLY, None, src, 7),
+        change_row(schema, "c", None, moved, src, 7),
+    ])
+    out = encode_rows(_config(tmp_path), schema, rows)
+    assert out["op"].to_pylist() == ["r", "d", "d", "c"]  # the delete's tombstone follows it
+    assert out["pos"].to_pylist() == [":700:0", "900:880:0", "900:880:0", "900:880:0"]
+    read, delete, _, create = (orjson.loads(v) if v else None for v in out["value"].to_pylist())
+    assert read is not None and delete is not None and create is not None
+    assert list(create["payload"]["source"]) == SOURCE_FIELDS
+    assert {k: create["payload"]["source"][k] for k in ("connector", "db", "schema", "table", "txId", "lsn",
+                                                          "sequence", "snapshot")} == {
+        "connector": "postgresql", "db": "inventory", "schema": "public", "table": "customers", "txId": 42,
+        "lsn": 880, "sequence": '["900","880"]', "snapshot": "false"}
+    assert {k: read["payload"]["source"][k] for k in ("db", "snapshot", "lsn", "txId", "sequence")} == {
+        "db": "inventory", "snapshot": "true", "lsn": 700, "txId": None, "sequence": '[null,"700"]'}
+    assert create["schema"]["fields"][2]["name"] == "io.debezium.connector.postgresql.Source"
+    assert delete["payload"]["before"] == {"id": 1, "first_name": "", "last_name": "", "email": ""}
+
+
+def test_time_precision_defaults_to_the_postgres_connectors_adaptive(tmp_path: Path) -> None:
+    """Debezium's PostgreSQL connector defaults to time.precision.mode=adaptive: time(3) in
+    milliseconds (io.debezium.time.Time); adaptive_time_microseconds makes it MicroTime."""
+    import datetime as dt
+
+    schema = postgres_table(TableId("public", "t"), (col("id", "int4", "integer", False),
+                                                     col("tm", "time", "time(3) without time zone", typmod=3)),
+                            ("id",), database="db")
+    rows = _rows(schema, [change_row(schema, "c", None, {"id": 1, "tm": dt.timedelta(seconds=1, milliseconds=5)},
+                                     pg_source(ts_ms=1, txId=1, lsn=1, commit_lsn=2, row=0), 1)])
+
+    def tm(**over: Any) -> tuple[str, Any]:
+        value = orjson.loads(encode_rows(_config(tmp_path, **over), schema, rows)["value"][0].as_py())
+        field = next(f for f in value["schema"]["fields"][1]["fields"] if f["field"] == "tm")
+        return field["name"], value["payload"]["after"]["tm"]
+
+    assert tm() == tm(time_precision_mode="adaptive") == ("io.debezium.time.Time", 1005)
+    assert tm(time_precision_mode="adaptive_time_microseconds") == ("io.debezium.time.MicroTime", 1_005_000)
+
+
+def test_a_postgres_schema_without_its_database_is_refused(tmp_path: Path) -> None:
+    rows = _rows(CUSTOMERS, [change_row(CUSTOMERS, "c", None, ANNE, pg_source(ts_ms=0, lsn=1), 0)])
+    with pytest.raises(InvalidChangeBatch, match=r"source.db.*database"):
+        encode_rows(_config(tmp_path), CUSTOMERS, rows)
+
+
+# --- Postgres -> Kafka, exactly once -----------------------------------------------------------
+
+
+@pytest.fixture
+def pipeline(spark: Any, postgres_server: PostgresSandbox, pg_database: str, tmp_path: Path) -> Iterator[PgPipeline]:
+    p = PgPipeline(spark, postgres_server, pg_database, tmp_path)
+    yield p
+    p.cleanup()
+
+
+def _kafka_changes(records: list[Record], schema: TableSchema) -> list[dict[str, Any]]:
+    """The topic's messages as change dicts (op None: a tombstone), with their raw JSON."""
+    out: list[dict[str, Any]] = []
+    for r in records:
+        record = decode_value(r.value, schema)
+        if record is None:
+            out.append({"op": None, "key": r.key, "headers": r.headers})
+            continue
+        source = orjson.loads(r.value or b"")["payload"]["source"]
+        commit = json.loads(source["sequence"])[0]
+        out.append({"op": record.op, "after": record.after, "key": r.key, "headers": dict(r.headers),
+                    "source": source, "lsn": source["lsn"], "commit": None if commit is None else int(commit),
+                    "schema_name": orjson.loads(r.value or b"")["schema"]["name"]})
+    return out
+
+
+def _assert_envelopes(p: PgPipeline, log: list[dict[str, Any]]) -> None:
+    for m in (m for m in log if m["op"] is not None):
+        s = m["source"]
+        assert list(s) == SOURCE_FIELDS
+        assert (s["connector"], s["name"], s["db"], s["schema"], s["table"]) == (
+            "postgresql", "postgres", p.database, p.schema, "t"), s
+        assert m["schema_name"] == f"postgres.{p.schema}.t.Envelope"
+        if m["op"] == "r":
+            assert (s["snapshot"], s["txId"], s["sequence"]) == ("true", None, f'[null,"{s["lsn"]}"]'), s
+        else:
+            assert s["snapshot"] == "false" and s["txId"] > 0, s
+            assert s["sequence"] == f'["{m["commit"]}","{s["lsn"]}"]', s
+
+
+def _assert_key_update_headers(log: list[dict[str, Any]]) -> int:
+    """Each primary-key update (a d and a c at one position) carries Debezium's key headers."""
+    changes = [m for m in log if m["op"] is not None]
+    by_position: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for m in changes:
+        if m["op"] in ("c", "d"):
+            by_position.setdefault((m["commit"], m["lsn"]), []).append(m)
+    pairs = [ms for ms in by_position.values() if sorted(m["op"] for m in ms) == ["c", "d"]]
+    for ms in pairs:
+        delete, create = sorted(ms, key=lambda m: m["op"], reverse=True)
+        assert delete["headers"].get(NEW_KEY_HEADER) == orjson.dumps(orjson.loads(create["key"])["payload"])
+        assert create["headers"].get(OLD_KEY_HEADER) == orjson.dumps(orjson.loads(delete["key"])["payload"])
+    return len(pairs)
+
+
+@pytest.mark.slow  # three runs of the job (about 1 minute on 2 busy cores)
+def test_postgres_to_kafka_is_exact_across_a_crash_after_the_kafka_commit(
+        pipeline: PgPipeline, postgres_server: PostgresSandbox, kafka_broker: KafkaSandbox) -> None:
+    """Chunks of 100, 4 per batch: batch 0 stages the snapshot, batch 1 emits it with the
+    writer's changes and dies after Kafka committed it; the restart replays it without writing."""
+    prefix = f"pg{pipeline.database}"
+    pipeline.sinks = [kafka_sink(pipeline, kafka_broker.bootstrap_servers, prefix)]  # type: ignore[arg-type]
+    with contextlib.closing(pipeline.admin()) as admin:
+        admin.execute("CREATE TABLE t (id int PRIMARY KEY, v text, n int)")
+        admin.execute("INSERT INTO t SELECT i * 2, 'v' || i, i FROM generate_series(0, 399) AS i")
+    writer = PgRandomWriter(pipeline, "t", seed=3, key_space=800)
+    pipeline.arm("after_sink_commit", after=1)
+    with writing(writer):  # type: ignore[arg-type]
+        with pytest.raises((JobFailed, InjectedFault), match="injected fault at after_sink_commit"):
+            pipeline.run()
+        restarted = pipeline.run()
+    pipeline.run()
+    replayed = restarted[0]  # Spark replays the batch whose commit log it never wrote
+    assert replayed.snapshot_rows + replayed.change_rows > 0 and not replayed.wrote, replayed
+
+    schema = pipeline.schemas()[TableId(pipeline.schema, "t")]
+    assert schema.database == pipeline.database
+    log = _kafka_changes(read_topic(kafka_broker.bootstrap_servers, f"{prefix}.{pipeline.schema}.t"), schema)
+    _assert_envelopes(pipeline, log)
+    state: dict[Any, dict[str, Any]] = {}  # the newest message per key; a delete or tombstone removes it
+    last: dict[Any, tuple[int, int]] = {}
+    for m in log:
+        if m["op"] in (None, "d"):
+            state.pop(m["key"], None)
+        else:
+            state[m["key"]] = m["after"]
+        if m["op"] not in (None, "r"):
+            assert last.get(m["key"], (0, 0)) <= (m["commit"], m["lsn"]), f"key {m['key']!r} out of log order"
+            last[m["key"]] = (m["commit"], m["lsn"])
+    key = schema.primary_key
+    source = {_identity(r, key): r for r in _normalize(pipeline.source_rows("t"), schema)}
+    assert {_identity(r, key): r for r in _normalize(list(state.values()), schema)} == source
+    assert_log_exact(pipeline, "t", schema, [m for m in log if m["op"] is not None])
+    assert writer.statements > 20 and _assert_key_update_headers(log) > 0
