@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from cdc.model.config import SourceConfig
 from cdc.model.events import ChangeEvent
+from cdc.model.history import HistoryStore
 from cdc.model.positions import Offset
 from cdc.model.schema import Column, TableId, TableSchema
 from chunking.chunks import KeyOrder, SnapshotSplit
@@ -198,3 +199,13 @@ class SupportsSplitSlices(ABC):
         """Where to cut ``(start, end]`` so that up to ``parts`` readers finish together
         (driver; ``connection()`` gives a connection, opened only when needed); empty when the
         slice is not worth cutting."""
+class SupportsSchemaHistory(ABC):
+    """A dialect that follows DDL with a schema history kept in the job's state
+    (:mod:`cdc.model.history`, docs/schema-evolution.md)."""
+
+    @abstractmethod
+    def use_schema_history(self, store: HistoryStore, schemas: dict[TableId, TableSchema]) -> None:
+        """Keep the history in ``store`` from now on, starting each table without one at
+        ``schemas`` (driver, before the dialect is pickled to executors)."""
+
+

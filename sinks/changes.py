@@ -11,6 +11,11 @@ A change batch is one table's change rows of one micro-batch, in stream order::
 ``before``/``after`` have the table's columns with the types of
 :meth:`cdc.model.schema.TableSchema.arrow_schema`.
 
+A stored changelog adds ``schema_version`` (int32): the source table's schema version the row was
+written under (:mod:`cdc.model.history`; 0 until the first DDL). When a table's schema evolves,
+files written earlier hold fewer columns; :func:`conform` reads them as the current schema, the
+missing columns null (what Delta readers do too).
+
 Storage types: table formats without a duration type (Delta has neither TIME nor INTERVAL) keep
 MySQL ``TIME`` values, Arrow ``duration[us]``, as **int64 microseconds** (signed: TIME ranges over
 -838:59:59 .. 838:59:59). :func:`storage_schema` does that mapping and tags each such field with
@@ -29,6 +34,7 @@ from cdc.model.schema import TableSchema
 from sinks.base import InvalidChangeBatch
 
 CHANGE_COLUMNS = ("op", "before", "after", "source", "ts_ms")
+SCHEMA_VERSION = "schema_version"
 
 # Helper columns of the mirror's merge source; a source column may not use these names.
 DELETE_FLAG = "__spark_cdc_delete"
@@ -67,8 +73,45 @@ def mirror_schema(schema: TableSchema) -> pa.Schema:
 
 
 def changelog_schema(schema: TableSchema) -> pa.Schema:
-    """The storage schema of a table's changelog: the change batch's columns."""
-    return storage_schema(change_schema(schema))
+    """The storage schema of a table's changelog: the change batch's columns and
+    :data:`SCHEMA_VERSION`."""
+    return storage_schema(change_schema(schema)).append(pa.field(SCHEMA_VERSION, pa.int32(), nullable=True))
+
+
+def changelog_rows(batch: pa.Table, schema: TableSchema, version: int) -> pa.Table:
+    """A normalized change batch as changelog rows: storage types, ``schema_version`` set."""
+    rows = batch.select(list(CHANGE_COLUMNS)).append_column(
+        SCHEMA_VERSION, pa.repeat(pa.scalar(version, pa.int32()), batch.num_rows))
+    return rows.cast(changelog_schema(schema))
+
+
+def conform(rows: pa.Table, storage: pa.Schema) -> pa.Table:
+    """``rows`` (a file written under an earlier schema) as ``storage``: columns and struct
+    fields it lacks are null, the others cast (widened).
+
+    Raises:
+        ValueError: ``rows`` has a column or field that ``storage`` lacks.
+    """
+    if rows.schema.equals(storage, check_metadata=False):
+        return rows.cast(storage)
+    extra = set(rows.column_names) - set(storage.names)
+    if extra:
+        raise ValueError(f"rows have columns {sorted(extra)} that the table's schema lacks")
+    columns = [_conform_array(rows.column(f.name).combine_chunks(), f.type) if f.name in rows.column_names
+               else pa.nulls(rows.num_rows, f.type) for f in storage]
+    return pa.Table.from_arrays(columns, schema=storage)
+
+
+def _conform_array(array: pa.Array, target: pa.DataType) -> pa.Array:
+    if not pa.types.is_struct(target) or array.type == target:
+        return array if array.type == target else pc.cast(array, target)
+    have = {f.name: i for i, f in enumerate(array.type)}
+    extra = set(have) - {f.name for f in target}
+    if extra:
+        raise ValueError(f"rows have fields {sorted(extra)} that the table's schema lacks")
+    children = [_conform_array(pc.struct_field(array, [have[f.name]]), f.type) if f.name in have
+                else pa.nulls(len(array), f.type) for f in target]
+    return pa.StructArray.from_arrays(children, fields=list(target), mask=array.is_null())
 
 
 def normalize(changes: pa.Table, schema: TableSchema) -> pa.Table:

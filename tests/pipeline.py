@@ -36,6 +36,7 @@ from cdc.model.positions import max_offset
 from cdc.model.schema import TableId, TableSchema
 from cdc.spark.commit import BatchRecord
 from cdc.spark.source import table_schemas
+from cdc.spark.state import StateStore
 from sinks.delta.tables import read_table
 
 REFERENCE_SERVER_ID = 6300
@@ -130,10 +131,25 @@ def _normalize(rows: list[dict[str, Any]], schema: TableSchema) -> list[dict[str
     return [{c: r[c] for c in schema.column_names} for r in rows]
 
 
+class _ReadOnlyHistory:
+    """The job's schema history (its state directory), read but never written by the checks."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.store = StateStore(str(state_dir))
+
+    def schema_versions(self, table: TableId) -> list[dict[str, Any]]:
+        return self.store.schema_versions(table)
+
+    def write_schema_version(self, table: TableId, version: int, data: dict[str, Any]) -> None:
+        pass
+
+
 def reference_changes(p: Pipeline, schema: TableSchema, end: BinlogOffset) -> list[Any]:
-    """Every change of the table since the pipeline started, read straight from the binlog."""
+    """Every change of the table since the pipeline started, read straight from the binlog
+    (decoded with the job's schema history, so a DDL on the way is followed)."""
     assert p.started_at is not None
-    config = BinlogReaderOptions(connection=p.box.cdc, server_id=REFERENCE_SERVER_ID, tables=(schema.table_id,))
+    config = BinlogReaderOptions(connection=p.box.cdc, server_id=REFERENCE_SERVER_ID, tables=(schema.table_id,),
+                                 history=_ReadOnlyHistory(p.state_dir))
     with MySqlBinlogReader(config) as reader:
         return split_key_changes(list(reader.read(p.started_at, end)), schema.primary_key)
 

@@ -271,11 +271,14 @@ def test_a_changed_schema_or_key_is_refused_with_the_fix(config: DeltaSinkConfig
     s = SINGLE_KEY
     write_batch(DeltaTables(config, "q"), s, batch(s, [event("c", None, row(s, (1,)), 1)]), 0)
     wider = mysql_table(s.table_id, (*s.columns, mysql_column("extra", "int", "int", True)), ("id",))
-    with pytest.raises(SinkSchemaMismatch, match="does not evolve schemas") as info:
-        write_batch(DeltaTables(config, "q"), wider, batch(wider, [
-            event("c", None, row(wider, (2,)), 2)]), 1)
+    write_batch(DeltaTables(config, "q"), wider, batch(wider, [event("c", None, row(wider, (2,)), 2)]), 1)
+    assert "extra" in table(config, s, "mirror").schema().to_arrow().names  # an added column evolves
+    narrower = mysql_table(s.table_id, s.columns[:-1], ("id",))  # a column fewer: not a growth
+    with pytest.raises(SinkSchemaMismatch, match="not an added column or a widened type") as info:
+        write_batch(DeltaTables(config, "q"), narrower, batch(narrower, [
+            event("c", None, row(narrower, (3,)), 3)]), 2)
     assert pickle.loads(pickle.dumps(info.value)).context["table"] == "shop.items"
-    rekeyed = mysql_table(s.table_id, s.columns, ("id", "c_int"))
+    rekeyed = mysql_table(s.table_id, wider.columns, ("id", "c_int"))
     with pytest.raises(SinkSchemaMismatch, match="keyed on"):
         write_batch(DeltaTables(config, "q"), rekeyed, batch(rekeyed, [
             event("c", None, row(rekeyed, (2, 3)), 2)]), 1)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -89,8 +90,10 @@ class _Batch:
             yield from self.flush()
             events = list(self.stream.row_changes(ev, at))
             if events:
-                assert at.table_map.converter is not None  # looked up with the event
-                yield event_rows_from_changes(events, at.table_map.converter.schema.arrow_schema())
+                convert = at.table_map.converter
+                assert convert is not None  # looked up with the event
+                yield replace(event_rows_from_changes(events, convert.schema.arrow_schema()),
+                              version=convert.version)
             return
         if self.events:
             head = self.events[0][1]
@@ -124,5 +127,7 @@ class _Batch:
             before = images[0] if at.op != "c" else None
             after = images[-1] if at.op != "d" else None
             self.stream.last = (at.index, at.start, count - 1)
+            assert at.table_map.converter is not None
             yield EventRows(at.table_map.table_id, at.op, before, after, at.file, at.start,
-                              at.skip_rows, at.ts_ms, at.gtid, at.server_id, at.thread, at.query)
+                              at.skip_rows, at.ts_ms, at.gtid, at.server_id, at.thread, at.query,
+                              at.table_map.converter.version)

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from cdc.model.config import ConfigModel, SourceConfig
+from cdc.model.config import ConfigModel, SchemaChangeConfig, SourceConfig
 
 _SERVER_ID = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
 
@@ -46,6 +46,8 @@ class MySqlSourceConfig(SourceConfig):
         "`mysqlclient`, `pymysql`, or `auto` (the fastest installed one that reads every column)")
     name: str = Field(default="mysql", description="the logical source name (Debezium's `topic.prefix`, "
                       "`source.name` in every change)")
+    schema_change: SchemaChangeConfig = Field(default_factory=SchemaChangeConfig, description="how DDL on a "
+                                              "captured table reaches the sinks (docs/schema-evolution.md)")
 
     @field_validator("server_id")
     @classmethod

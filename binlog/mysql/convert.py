@@ -111,10 +111,12 @@ class RowConverter:
 
     Args:
         schema: the table's columns, in the order the binlog lists them.
+        version: the schema history's version of ``schema`` (docs/schema-evolution.md).
     """
 
-    def __init__(self, schema: TableSchema) -> None:
+    def __init__(self, schema: TableSchema, version: int = 0) -> None:
         self.schema = schema
+        self.version = version
         self.names = tuple(schema.column_names)
         self._steps = tuple(
             (c.name, fn) for c in schema.columns if (fn := value_converter(c)) is not None

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from binlog.dialect import ChangeRows, Dialect, SupportsSplitSlices
+from binlog.dialect import ChangeRows, Dialect, SupportsSchemaHistory, SupportsSplitSlices
 from binlog.mysql.change_rows import event_rows_envelope
 from binlog.mysql.config import MySqlSourceConfig
 from binlog.mysql.connection import Endpoint
@@ -37,8 +37,9 @@ from binlog.mysql.timestamps import offset_at
 from binlog.mysql.types import CONNECTOR, load_table_schema
 from cdc.model.config import SourceConfig
 from cdc.model.envelope import source_block
-from cdc.model.errors import ConfigError
+from cdc.model.errors import ConfigError, SchemaChanged
 from cdc.model.events import ChangeEvent
+from cdc.model.history import Behavior, HistoryStore, SchemaHistory, project_rows, with_schema
 from cdc.model.schema import Column, TableId, TableSchema
 from chunking.chunks import KeyValue, SnapshotSplit
 from chunking.splitter import select_chunk_key
@@ -49,7 +50,7 @@ SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
 STREAM_ROWS = 65_536  # binlog changes turned into change rows at a time
 
 
-class MySqlDialect(Dialect, SupportsSplitSlices):
+class MySqlDialect(Dialect, SupportsSplitSlices, SupportsSchemaHistory):
     """MySQL 5.7/8.x and MariaDB 10.5+: binlog positions, server ids, WEIGHT_STRING key order."""
 
     name: ClassVar[str] = "mysql"
@@ -60,6 +61,13 @@ class MySqlDialect(Dialect, SupportsSplitSlices):
             raise TypeError(f"the mysql dialect needs a MySqlSourceConfig, not {type(config).__name__}")
         super().__init__(config)
         self.mysql = config
+        self.history_store: HistoryStore | None = None  # the job's state directory, once bound
+
+    def use_schema_history(self, store: HistoryStore, schemas: dict[TableId, TableSchema]) -> None:
+        history = SchemaHistory(store)
+        for schema in schemas.values():
+            history.start(schema)  # version 0 for a table without a history (a first start)
+        self.history_store = store
 
     @property
     def settings(self) -> Endpoint:
@@ -130,8 +138,15 @@ class MySqlDialect(Dialect, SupportsSplitSlices):
     # --- executors ------------------------------------------------------------------------
 
     def read_chunk(self, schema: TableSchema, split: SnapshotSplit) -> tuple[BinlogOffset, pa.Table]:
+        """The LW, then the chunk's rows.
+
+        Raises:
+            SchemaChanged: the table's columns differ from ``schema`` (DDL during its snapshot,
+                which the schema history does not follow yet).
+        """
         with contextlib.closing(self.connect()) as conn:
             lw = low_watermark(conn)
+            _same_columns(schema, load_table_schema(conn, schema.table_id), f"chunk {split.split_id}")
         return lw, self.select_chunk(schema, split)
 
     def select_chunk(self, schema: TableSchema, split: SnapshotSplit) -> pa.Table:
@@ -179,7 +194,8 @@ class MySqlLogReader:
         self.dialect = dialect
         self.schemas = schemas
         config = BinlogReaderOptions(connection=dialect.settings, server_id=server_id,
-                                    tables=tuple(sorted(schemas)))
+                                    tables=tuple(sorted(schemas)), history=dialect.history_store,
+                                    behavior=behavior(dialect.mysql.schema_change.behavior))
         self.reader = MySqlBinlogReader(config)
 
     def __enter__(self) -> MySqlLogReader:
@@ -189,7 +205,24 @@ class MySqlLogReader:
         self.reader.close()
 
     def changes(self, start: BinlogOffset, end: BinlogOffset) -> Iterator[ChangeEvent]:
-        return self.reader.read(start, end)
+        """The changes in ``(start, end]``, one per row (the backfill of snapshot chunks).
+
+        Raises:
+            SchemaChanged: a change was written under other columns than the job's schema of its
+                table (DDL during the table's snapshot, which is not followed yet).
+        """
+        names = {t: list(s.column_names) for t, s in self.schemas.items()}
+        for change in self.reader.read(start, end):
+            image = change.after if change.after is not None else change.before
+            if image is not None and list(image) != names[change.table_id]:
+                where = str(change.position)
+                raise SchemaChanged(
+                    f"a change of {change.table_id} at {where} has "
+                    f"columns {list(image)}, but its snapshot reads {names[change.table_id]}: a DDL "
+                    "changed the table while its snapshot was in flight, which spark-cdc does not "
+                    "follow yet. Take a new snapshot (a new checkpoint, state directory and sink path)",
+                    table=str(change.table_id), position=where)
+            yield change
 
     def change_rows(self, start: BinlogOffset, end: BinlogOffset,
                     decode_from: BinlogOffset | None = None) -> Iterator[ChangeRows]:
@@ -207,13 +240,26 @@ class MySqlLogReader:
             yield from self._rows(pending)
 
     def _rows(self, events: list[EventRows]) -> Iterator[ChangeRows]:
-        by_table: dict[TableId, list[EventRows]] = {}
+        """Per table and schema version (in log order), the change rows in the sinks' schema,
+        tagged with it (:func:`cdc.model.history.with_schema`)."""
+        by_table: dict[TableId, list[list[EventRows]]] = {}
         for event in events:
-            by_table.setdefault(event.table_id, []).append(event)
-        for table, mine in by_table.items():
-            first = mine[0]
-            rows = event_rows_envelope(self.schemas[table], mine, name=self.dialect.mysql.name)
-            yield ChangeRows(table, rows, ChangePosition(first.file, first.pos, first.first_row).sort_key())
+            runs = by_table.setdefault(event.table_id, [])
+            if runs and runs[-1][0].version == event.version:
+                runs[-1].append(event)
+            else:
+                runs.append([event])
+        history = self.reader.history
+        for table, runs in by_table.items():
+            for mine in runs:
+                first, version = mine[0], mine[0].version
+                source = history.versions(table)[version].schema
+                rows = event_rows_envelope(source, mine, name=self.dialect.mysql.name)
+                sink = history.sink_schema(table, version)
+                if sink is not source:
+                    rows = project_rows(rows, sink)
+                yield ChangeRows(table, with_schema(rows, sink, version),
+                                 ChangePosition(first.file, first.pos, first.first_row).sort_key())
 
 
 class MySqlSplitQueries:
@@ -262,3 +308,22 @@ class MySqlSplitQueries:
                         "AND TABLE_NAME = %s AND COLUMN_NAME = %s AND SEQ_IN_INDEX = 1 LIMIT 1",
                         (self._table.db, self._table.table, self._column.name))
             return cur.fetchone() is not None
+
+
+def behavior(configured: str) -> Behavior:
+    """The reader's behaviour for ``source.schema_change.behavior`` (validated by the config)."""
+    if configured not in ("lenient", "ignore", "exception"):
+        raise ConfigError(f"source.schema_change.behavior: {configured!r} is not implemented yet; use "
+                          "'lenient', 'ignore' or 'exception'", key="source.schema_change.behavior")
+    return configured  # type: ignore[return-value]
+
+
+def _same_columns(schema: TableSchema, now: TableSchema, where: str) -> None:
+    """Refuse to snapshot a table whose columns changed since the job read its schema."""
+    if [(c.name, c.arrow) for c in now.columns] != [(c.name, c.arrow) for c in schema.columns]:
+        raise SchemaChanged(
+            f"{schema.table_id} now has columns {now.column_names}, but its snapshot ({where}) reads "
+            f"{schema.column_names}: a DDL changed the table while its snapshot was in flight, which "
+            "spark-cdc does not follow yet. Take a new snapshot (a new checkpoint, state directory "
+            "and sink path); schema changes after a table's snapshot finished are followed",
+            table=str(schema.table_id))

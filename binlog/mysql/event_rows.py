@@ -40,6 +40,7 @@ class EventRows:
         server_id: the id of the server that wrote the event.
         thread: the id of the connection that made the change, when known.
         query: the SQL statement, when the server logs it.
+        version: the table's schema version the rows were written under (their images' columns).
     """
 
     table_id: TableId
@@ -54,6 +55,7 @@ class EventRows:
     server_id: int
     thread: int | None
     query: str | None
+    version: int = 0
 
     @property
     def num_rows(self) -> int:

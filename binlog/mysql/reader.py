@@ -26,10 +26,14 @@ yields the same changes as one :class:`~binlog.mysql.event_rows.EventRows` (Arro
 decoded column-wise by numba kernels (``binlog/mysql/columnar.py``, ``binlog/mysql/rows_decode.py``), about
 25x faster. Both share the walk, the resume and the end handling.
 
-Values are typed from the table's information_schema description (``cdc.model.schema``), matched by
-column name against the binlog's own metadata (``binlog_row_metadata=FULL``); see
-``binlog/convert.py``. When the names disagree (DDL), the schema is reloaded once; if they still
-disagree the change was written under another table definition and :class:`SchemaChanged` says so.
+Values are typed by the schema history (:mod:`cdc.model.history`): the table's version in force at
+the rows event's position. Version 0 is the schema the job started with (or, for a reader without a
+stored history, the table's information_schema description when its rows first appear); the DDL in
+the binlog's query events (``binlog/mysql/ddl.py``) makes the next versions as the walk passes
+them. The binlog's own column names (``binlog_row_metadata=FULL``) are the cross-check: when they
+differ from the version's, the rows were written under a definition the history does not know and
+:class:`SchemaChanged` says so. With ``schema_change.behavior: exception`` the first DDL that
+changes a captured table stops the read, naming the statement.
 
 The server facts (checks, current offset, low watermark, server id ranges) live in
 ``binlog/mysql_server.py`` and are re-exported here; the walk along one connection's events is
@@ -49,6 +53,7 @@ import pymysql
 
 from binlog.mysql.connection import Endpoint
 from binlog.mysql.convert import RowConverter
+from binlog.mysql.ddl import TableDdl, is_ddl, parse_ddl
 from binlog.mysql.event_rows import EventRows
 from binlog.mysql.positions import BinlogOffset, ChangePosition
 from binlog.mysql.server import (
@@ -75,6 +80,7 @@ from cdc.model.errors import (
     SourceUnreachable,
 )
 from cdc.model.events import ChangeEvent
+from cdc.model.history import Behavior, HistoryStore, SchemaHistory, SchemaVersion
 from cdc.model.schema import TableId, TableSchema
 
 __all__ = [
@@ -113,6 +119,9 @@ class BinlogReaderOptions:
             the requested ``end`` (a position it reported must become readable).
         read_timeout: socket read timeout of the replication connection, in seconds.
         check_server: validate settings and privileges (:func:`check_server`) on first use.
+        history: where the schema history persists (the job's state directory); None keeps it
+            in this reader only.
+        behavior: ``source.schema_change.behavior``.
     """
 
     connection: Endpoint
@@ -121,6 +130,8 @@ class BinlogReaderOptions:
     end_wait_timeout: float = 10.0
     read_timeout: float = 60.0
     check_server: bool = True
+    history: HistoryStore | None = None
+    behavior: Behavior = "lenient"
 
     def __post_init__(self) -> None:
         if not 1 <= self.server_id <= MAX_SERVER_ID:
@@ -147,7 +158,8 @@ class MySqlBinlogReader:
         self._conn: Any = None
         self._flavor: str | None = None
         self._stream: BinlogStream | None = None
-        self._converters: dict[TableId, tuple[int, RowConverter]] = {}  # by binlog table id
+        self._converters: dict[tuple[TableId, int], RowConverter] = {}  # by schema version
+        self.history = SchemaHistory(config.history, config.behavior)
 
     def __enter__(self) -> MySqlBinlogReader:
         return self
@@ -176,7 +188,9 @@ class MySqlBinlogReader:
             BinlogNotConfigured: the server settings do not allow CDC.
             MissingPrivilege: the user lacks REPLICATION SLAVE or REPLICATION CLIENT.
             InvalidBinlogPosition: the server cannot serve ``start`` or never reaches ``end``.
-            SchemaChanged: a table's columns changed within the slice.
+            SchemaChanged: rows whose columns the schema history does not explain, or any DDL
+                of a captured table with ``behavior: exception``.
+            UnsupportedDdl: DDL of a captured table that the parser cannot follow.
             SourceUnreachable: the connection keeps dropping (or the server is down).
             ConfigError: another replica took over this reader's server id.
         """
@@ -299,7 +313,7 @@ class MySqlBinlogReader:
         lib = open_library_stream(
             self.config.connection, self.config.server_id, self.config.tables, at,
             self.config.read_timeout, annotate_rows=self._flavor == "mariadb")
-        self._stream = BinlogStream(lib, at, self._converter, skip_through)
+        self._stream = BinlogStream(lib, at, self._converter, skip_through, self._on_query)
         self.stream_opens += 1
         return self._stream
 
@@ -318,10 +332,10 @@ class MySqlBinlogReader:
 
     def _converter(self, table_id: TableId, map_id: int, names: tuple[str | None, ...],
                    where: ChangePosition) -> RowConverter:
-        """The converter for a table map: binlog table id ``map_id``, columns ``names``.
+        """The converter for rows at ``where``: the table's schema version in force there.
 
-        The server gives a table a new binlog table id whenever it reloads its definition
-        (after DDL, among others), so a new id reloads the schema from information_schema.
+        A table without a history yet starts one from information_schema (version 0), which
+        must then match the binlog's column names.
         """
         if any(n is None for n in names):
             raise BinlogNotConfigured(
@@ -329,15 +343,57 @@ class MySqlBinlogReader:
                 "it was written while binlog_row_metadata was not FULL. Set "
                 "binlog_row_metadata=FULL (my.cnf and SET GLOBAL) and take a new snapshot",
                 table=str(table_id), position=f"{where.file}:{where.pos}")
-        known = self._converters.get(table_id)
-        if known is not None and known[0] == map_id and known[1].names == names:
-            return known[1]
-        schema = load_table_schema(self._connection(), table_id)
-        if tuple(schema.column_names) != names:
-            raise _schema_changed(schema, names, where)
-        converter = known[1] if known and known[1].schema == schema else RowConverter(schema)
-        self._converters[table_id] = (map_id, converter)
+        version = self.history.at(table_id, where.sort_key()[:2])
+        if version is None:
+            schema = load_table_schema(self._connection(), table_id)
+            if tuple(schema.column_names) != names:
+                raise _schema_changed(schema, names, where)
+            version = self.history.start(schema)
+        elif tuple(version.schema.column_names) != names:
+            raise _history_mismatch(version, names, where)
+        converter = self._converters.get((table_id, version.version))
+        if converter is None or converter.schema != version.schema:
+            converter = RowConverter(version.schema, version.version)
+            self._converters[table_id, version.version] = converter
         return converter
+
+    def _on_query(self, db: str, sql: str, file: str, start: int, end: int) -> None:
+        """Follow a DDL statement of the walk: record the versions it makes (stream thread)."""
+        if not is_ddl(sql):
+            return
+        index = int(file.rsplit(".", 1)[1])
+
+        def before(table: TableId) -> TableSchema | None:
+            version = self.history.at(table, (index, start))
+            return version.schema if version is not None else None
+
+        for change in parse_ddl(db, sql, lambda t: t in self._tables, before):
+            self._follow(change, before(change.table), (index, end), f"{file}:{start}")
+
+    def _follow(self, change: TableDdl, base: TableSchema | None, key: tuple[int, int], position: str) -> None:
+        changes_columns = change.schema is None or base is None or change.schema != base
+        if self.config.behavior == "exception" and changes_columns:
+            raise SchemaChanged(
+                f"{change.kind.upper()} of captured table {change.table} at {position}: "
+                f"{change.statement.strip()!r}. source.schema_change.behavior is 'exception', so the "
+                "job stops here; set it to 'lenient' to follow the change, or take a new snapshot "
+                "from after it (new checkpoint)", table=str(change.table), position=position,
+                ddl=change.statement)
+        if change.schema is None:
+            log.warning("%s at %s: %r; %s", change.kind.upper(), position, change.statement.strip(),
+                        "its rows before stay in the sinks; TRUNCATE deletes no rows there" if
+                        change.kind == "truncate" else f"{change.table} stops being captured under this "
+                        "name; its sink tables stay")
+            return
+        if base is None:
+            if change.kind == "create":  # a table this reader first meets by its CREATE: version 0
+                self.history.start(change.schema)
+            return
+        if change.schema == base:
+            return  # indexes, options, defaults: the columns and key stay
+        version = self.history.record(change.table, key, position, change.statement, change.schema)
+        log.info("%s: schema version %d from %s (%s)", change.table, version.version, position,
+                 change.statement.strip())
 
     def _translate(self, exc: pymysql.err.MySQLError, start: BinlogOffset) -> Exception:
         code = exc.args[0] if exc.args else None
@@ -376,5 +432,15 @@ def _schema_changed(schema: TableSchema, names: tuple[str | None, ...],
     return SchemaChanged(
         f"rows of {schema.table_id} at {where.file}:{where.pos} have columns {list(names)}, but "
         f"the table now has {schema.column_names}: its definition changed (DDL) after this "
-        "change was written. Schema changes inside a binlog slice are not supported yet; take a "
-        "new snapshot of the table", table=str(schema.table_id), position=f"{where.file}:{where.pos}")
+        "change was written, and this reader has no schema history from before it. Read from the "
+        "job's start (its state directory keeps the history), or take a new snapshot of the table", table=str(schema.table_id), position=f"{where.file}:{where.pos}")
+
+
+def _history_mismatch(version: SchemaVersion, names: tuple[str | None, ...],
+                      where: ChangePosition) -> SchemaChanged:
+    return SchemaChanged(
+        f"rows of {version.schema.table_id} at {where.file}:{where.pos} have columns {list(names)}, but "
+        f"its schema history has {version.schema.column_names} there (version {version.version}, from "
+        f"{version.position}): a DDL changed the table where the job did not see it (before the job "
+        "started, or while binlog_row_metadata was not FULL). Take a new snapshot (new checkpoint)",
+        table=str(version.schema.table_id), position=f"{where.file}:{where.pos}")

@@ -61,6 +61,9 @@ _OPS: dict[type, EventOp] = {WriteRowsEvent: "c", UpdateRowsEvent: "u", DeleteRo
 
 # (table, binlog table id, binlog column names, where) -> the converter for that table's rows
 ConverterLookup = Callable[[TableId, int, tuple["str | None", ...], ChangePosition], RowConverter]
+# (default database, statement, binlog file, event start, event end): a query event other than
+# BEGIN/COMMIT (DDL, among others), in binlog order
+QueryHook = Callable[[str, str, str, int, int], None]
 # (file index, rows event start, row index): where a change sits, comparable
 ChangeKey = tuple[int, int, int]
 
@@ -140,10 +143,12 @@ class BinlogStream:
         at: where it starts (a transaction boundary).
         converter: finds the RowConverter for a table map.
         skip_through: changes at or before this key were already handed out (after a resume).
+        on_query: called with every query event other than BEGIN/COMMIT that the walk passes
+            (the schema history reads DDL from them), before the events after it.
     """
 
     def __init__(self, lib: BinLogStreamReader, at: BinlogOffset, converter: ConverterLookup,
-                 skip_through: ChangeKey | None = None) -> None:
+                 skip_through: ChangeKey | None = None, on_query: QueryHook | None = None) -> None:
         self.lib = lib
         self.file, self.pos = at.file, at.pos  # pos: where the next event starts
         self.boundary = at  # the start of the transaction being read (a safe resume point)
@@ -155,6 +160,7 @@ class BinlogStream:
         self._index = _file_index(at.file)
         self._first = (self._index, at.pos)  # rows events starting before this are not wanted
         self._converter = converter
+        self._on_query = on_query
         self._maps: dict[int, TableMap] = {}  # by binlog table id, like the library's
         self._gtid: str | None = None
         self._thread: int | None = None
@@ -305,6 +311,9 @@ class BinlogStream:
                 self._thread = ev.slave_proxy_id
             elif ev.query == "COMMIT":
                 self._gtid, self._thread, self._query = None, None, None
+            elif self._on_query is not None:
+                db = ev.schema.decode("utf-8", "replace") if isinstance(ev.schema, bytes) else str(ev.schema)
+                self._on_query(db, ev.query, self.file, start, ev.packet.log_pos)
         elif isinstance(ev, RowsQueryLogEvent):
             self._query = ev.query
         elif isinstance(ev, MariadbAnnotateRowsEvent):

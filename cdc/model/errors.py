@@ -75,7 +75,12 @@ class TableNotFound(CdcError, Terminal):
 
 
 class SchemaChanged(CdcError, Terminal):
-    """A rows event's columns differ from the table's current definition (DDL in the slice)."""
+    """A captured table's definition changed (DDL) and the job cannot follow: the behaviour is
+    ``exception``, or the rows disagree with the schema history."""
+
+
+class UnsupportedDdl(CdcError, Terminal):
+    """A DDL statement touches a captured table, but the parser cannot tell what it changes."""
 
 
 class InvalidBinlogPosition(CdcError, Terminal):

@@ -9,9 +9,12 @@ which only the dialect and the Debezium format interpret.
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
+import pyarrow.ipc  # pa.ipc.read_schema
 
 
 @dataclass(frozen=True, order=True)
@@ -93,18 +96,18 @@ class TableSchema:
         primary_key: the primary-key columns, in key order (empty: no primary key).
         connector: the Debezium connector whose ``source`` block its changes carry
             (``mysql``, ``postgresql``); see :mod:`cdc.model.envelope`.
+        database: the database holding the table when ``table_id.db`` names a schema in it
+            (PostgreSQL: Debezium's ``source.db``); None when ``table_id.db`` is the database.
     """
 
     table_id: TableId
-        database: the database holding the table when ``table_id.db`` names a schema in it
-            (PostgreSQL: Debezium's ``source.db``); None when ``table_id.db`` is the database.
     columns: tuple[Column, ...]
     primary_key: tuple[str, ...]
     connector: str
+    database: str | None = None
 
     def column(self, name: str) -> Column:
         for c in self.columns:
-    database: str | None = None
             if c.name.lower() == name.lower():
                 return c
         raise KeyError(f"{self.table_id} has no column {name!r}")
@@ -115,3 +118,37 @@ class TableSchema:
 
     def arrow_schema(self) -> pa.Schema:
         return pa.schema([pa.field(c.name, c.arrow, nullable=True) for c in self.columns])
+
+
+def _type_to_text(t: pa.DataType) -> str:
+    """An Arrow type as text that :func:`_type_from_text` reads back (IPC, base64)."""
+    return base64.b64encode(pa.schema([pa.field("t", t)]).serialize().to_pybytes()).decode()
+
+
+def _type_from_text(text: str) -> pa.DataType:
+    schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+    return schema.field("t").type
+
+
+def schema_to_dict(schema: TableSchema) -> dict[str, Any]:
+    """A table schema as JSON-ready values (the schema history and sink metadata store it)."""
+    return {
+        "table": str(schema.table_id), "connector": schema.connector, "database": schema.database,
+        "primary_key": list(schema.primary_key),
+        "columns": [{"name": c.name, "data_type": c.data_type, "column_type": c.column_type,
+                     "nullable": c.nullable, "precision": c.precision, "scale": c.scale,
+                     "datetime_precision": c.datetime_precision, "charset": c.charset,
+                     "collation": c.collation, "arrow": _type_to_text(c.arrow),
+                     "arrow_text": str(c.arrow)} for c in schema.columns],
+    }
+
+
+def schema_from_dict(d: dict[str, Any]) -> TableSchema:
+    """The schema :func:`schema_to_dict` wrote."""
+    columns = tuple(
+        Column(c["name"], c["data_type"], c["column_type"], c["nullable"], c.get("precision"), c.get("scale"),
+               c.get("datetime_precision"), c.get("charset"), c.get("collation"),
+               arrow=_type_from_text(c["arrow"]))
+        for c in d["columns"])
+    return TableSchema(TableId.parse(d["table"]), columns, tuple(d["primary_key"]), d["connector"],
+                       d.get("database"))

@@ -34,7 +34,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
-from binlog.dialect import Dialect, SupportsLogRelease, SupportsSplitSlices
+from binlog.dialect import Dialect, SupportsLogRelease, SupportsSchemaHistory, SupportsSplitSlices
 from binlog.registry import DIALECTS, create_dialect
 from cdc.model.config import parse_section
 from cdc.model.errors import ConfigError
@@ -185,6 +185,8 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         config = spec.dialect.config
         self.context = TaskContext(dialect=spec.dialect, schemas=schemas, store=StateStore(spec.state_dir),
                                    layout=layout, writers=spec.writers, hooks=spec.hooks)
+        if isinstance(spec.dialect, SupportsSchemaHistory):  # DDL history in the state directory
+            spec.dialect.use_schema_history(self.context.store, schemas)
         options = PlannerOptions(
             chunks_per_batch=config.chunks_per_batch or DEFAULT_CHUNKS_PER_TASK * spec.parallelism,
             warmup_chunks=spec.parallelism,

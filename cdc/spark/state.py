@@ -5,6 +5,8 @@ Layout (relative to the root)::
     source.json                       what the checkpoint captures (refuses a different source)
     chunks/<db.table>/<id>.json       chunk boundaries, written before an offset names them
     staged/<db.table>/<id>.arrow      a staged chunk: its SELECT rows, LW in the schema metadata
+    schemas/<db.table>/<n>.json       schema version n of a table: where it starts, the DDL, the
+                                      columns (cdc.model.history; kept for the job's lifetime)
 
 The root is a local path or any URI pyarrow understands (``s3://``, ``gs://``, ``hdfs://``,
 ``file://``). Every write goes to a temporary name first, then moves into place, so a reader
@@ -134,3 +136,21 @@ class StateStore:
         """Delete a chunk's boundaries and staged rows (after its emission was committed)."""
         self.delete(self.staged_path(table, split_id))
         self.delete(self.chunk_path(table, split_id))
+
+    # --- schema history (cdc.model.history.HistoryStore) -----------------------------------
+
+    @staticmethod
+    def schema_dir(table: TableId) -> str:
+        return f"schemas/{table}"
+
+    def schema_versions(self, table: TableId) -> list[dict[str, Any]]:
+        """Every stored schema version of ``table`` (``schemas/<db.table>/<version>.json``)."""
+        selector = pafs.FileSelector(self.path(self.schema_dir(table)), allow_not_found=True)
+        names = [i.base_name for i in self.fs.get_file_info(selector)
+                 if i.type == pafs.FileType.File and i.base_name.endswith(".json")]
+        return [self.read_json(f"{self.schema_dir(table)}/{n}") for n in sorted(names)]
+
+    def write_schema_version(self, table: TableId, version: int, data: dict[str, Any]) -> None:
+        """Store one schema version. Versions are keyed by log position, so a replayed batch or a
+        second reader of the same slice writes the same content again (atomically)."""
+        self.write_json(f"{self.schema_dir(table)}/{version:06d}.json", data)

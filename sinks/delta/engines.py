@@ -29,9 +29,11 @@ import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
 from cdc.model.errors import ConfigError
+from cdc.model.history import tagged_schema
 from cdc.model.schema import TableSchema
 from sinks.changes import (
     DELETE_FLAG,
+    changelog_rows,
     changelog_schema,
     mirror_changes,
     mirror_schema,
@@ -40,13 +42,13 @@ from sinks.changes import (
     snapshot_rows,
 )
 from sinks.delta.config import DeltaSinkConfig
+from sinks.delta.evolve import ensure_table
 from sinks.delta.rewrite import rewrite_all
 from sinks.delta.tables import (
     TableKind,
     app_id,
     commit_properties,
     ensure_marked,
-    ensure_table,
     is_committed,
     merge_predicate,
     mirror_key,
@@ -64,7 +66,8 @@ class TableWriter(Protocol):
         ...
 
     def write_changelog(self, schema: TableSchema, batch: pa.Table, app: str, batch_id: int) -> bool:
-        """Append ``batch`` to the changelog unless already there; True when it committed."""
+        """Append ``batch`` (changelog rows, :func:`sinks.changes.changelog_rows`) to the changelog
+        unless already there; True when it committed."""
         ...
 
 
@@ -100,6 +103,8 @@ class DeltaTables:
             InvalidChangeBatch: ``changes`` breaks the change-batch contract.
             SinkSchemaMismatch: the existing mirror no longer fits ``schema``.
         """
+        tagged = tagged_schema(changes)
+        schema = tagged[0] if tagged is not None else schema
         batch = normalize(changes, schema)
         return self._writer.write_mirror(schema, batch, self.app_id, batch_id, snapshot_append)
 
@@ -110,7 +115,9 @@ class DeltaTables:
             InvalidChangeBatch: ``changes`` breaks the change-batch contract.
             SinkSchemaMismatch: the existing changelog no longer fits ``schema``.
         """
-        batch = normalize(changes, schema)
+        tagged = tagged_schema(changes)
+        schema, version = tagged if tagged is not None else (schema, 0)
+        batch = changelog_rows(normalize(changes, schema), schema, version)
         return self._writer.write_changelog(schema, batch, self.app_id, batch_id)
 
 

@@ -43,15 +43,23 @@ import pyarrow.parquet as pq
 from deltalake.fs import DeltaStorageHandler
 from deltalake.transaction import AddAction
 
-from cdc.model.schema import TableSchema
+from cdc.model.history import tagged_schema
+from cdc.model.schema import TableSchema, schema_from_dict, schema_to_dict
 from sinks.base import SinkWriter, StreamKind
-from sinks.changes import changelog_schema, mirror_schema, normalize, snapshot_rows
+from sinks.changes import (
+    changelog_rows,
+    changelog_schema,
+    conform,
+    mirror_schema,
+    normalize,
+    snapshot_rows,
+)
 from sinks.delta.config import DeltaSinkConfig
+from sinks.delta.evolve import ensure_table
 from sinks.delta.tables import (
     TableKind,
     app_id,
     commit_properties,
-    ensure_table,
     is_committed,
     stats_eligible,
 )
@@ -75,6 +83,9 @@ class StagedFile:
         num_records: rows in the file.
         stream: ``snapshot`` (``r`` rows, committed by :func:`commit_snapshot_files`) or
             ``changes`` (binlog change rows of the changelog, :func:`commit_change_files`).
+        version: the source table's schema version the rows were written under.
+        schema: the sink schema the file was written with, when the rows said (after a DDL:
+            the driver evolves the tables to it before committing the file).
     """
 
     kind: TableKind
@@ -85,6 +96,12 @@ class StagedFile:
     stats: str
     num_records: int
     stream: str = "snapshot"
+    version: int = 0
+    schema: dict[str, Any] | None = None
+
+    def table_schema(self) -> TableSchema | None:
+        """The sink schema the file was written with (None: the job's own for the table)."""
+        return schema_from_dict(self.schema) if self.schema is not None else None
 
     def add_action(self) -> AddAction:
         """The Delta ``add`` action that makes this file part of the table."""
@@ -114,12 +131,20 @@ class DeltaFileWriter(SinkWriter):
         return f"DeltaFileWriter({self.config.path!r})"
 
     def write(self, schema: TableSchema, rows: pa.Table, stream: StreamKind) -> list[dict[str, Any]]:
-        files = write_change_files(self.config, schema, rows) if stream == "changes" else \
-            write_snapshot_files(self.config, schema, rows)
-        return [f.to_dict() for f in files]
+        """Stage ``rows``; rows a dialect tagged with a sink schema (after a DDL,
+        :func:`cdc.model.history.with_schema`) are written with that schema instead."""
+        tagged = tagged_schema(rows)
+        version = 0
+        if tagged is not None:
+            schema, version = tagged
+        files = write_change_files(self.config, schema, rows, version) if stream == "changes" else \
+            write_snapshot_files(self.config, schema, rows, version)
+        record = schema_to_dict(schema) if tagged is not None and version else None
+        return [replace(f, version=version, schema=record).to_dict() for f in files]
 
 
-def write_change_files(config: DeltaSinkConfig, schema: TableSchema, changes: pa.Table) -> list[StagedFile]:
+def write_change_files(config: DeltaSinkConfig, schema: TableSchema, changes: pa.Table,
+                       version: int = 0) -> list[StagedFile]:
     """Executor side: write binlog change rows (c/u/d, stream order) as one changelog file.
 
     Raises:
@@ -128,7 +153,7 @@ def write_change_files(config: DeltaSinkConfig, schema: TableSchema, changes: pa
     batch = normalize(changes, schema)
     if batch.num_rows == 0:
         return []
-    staged = write_table_file(config, schema, "changelog", batch.cast(changelog_schema(schema)))
+    staged = write_table_file(config, schema, "changelog", changelog_rows(batch, schema, version))
     return [replace(staged, stream="changes")]
 
 
@@ -148,7 +173,7 @@ def read_change_files(config: DeltaSinkConfig, schema: TableSchema, files: Itera
     if not paths:
         return storage.empty_table()
     with concurrent.futures.ThreadPoolExecutor(min(len(paths), READ_THREADS)) as pool:
-        return pa.concat_tables(pool.map(lambda p: pq.read_table(p, filesystem=fs).cast(storage), paths))
+        return pa.concat_tables(pool.map(lambda p: conform(pq.read_table(p, filesystem=fs), storage), paths))
 
 
 def commit_change_files(config: DeltaSinkConfig, schema: TableSchema, files: list[StagedFile],
@@ -161,7 +186,7 @@ def commit_change_files(config: DeltaSinkConfig, schema: TableSchema, files: lis
 
 
 def write_snapshot_files(
-    config: DeltaSinkConfig, schema: TableSchema, changes: pa.Table
+    config: DeltaSinkConfig, schema: TableSchema, changes: pa.Table, version: int = 0
 ) -> list[StagedFile]:
     """Executor side: write one snapshot chunk's rows to the mirror's and changelog's directories.
 
@@ -171,6 +196,7 @@ def write_snapshot_files(
         config: the sink configuration (picklable).
         schema: the source table.
         changes: the chunk's change rows; all must have op ``r``.
+        version: the source table's schema version the rows were read under.
 
     Raises:
         InvalidChangeBatch: a row's op is not ``r`` or the batch breaks the change-batch contract.
@@ -179,7 +205,7 @@ def write_snapshot_files(
     if batch.num_rows == 0:
         return []
     mirror = snapshot_rows(batch, mirror_schema(schema))
-    changelog = batch.cast(changelog_schema(schema))
+    changelog = changelog_rows(batch, schema, version)
     return [
         write_table_file(config, schema, "mirror", mirror),
         write_table_file(config, schema, "changelog", changelog),

@@ -39,7 +39,7 @@ from deltalake.fs import DeltaStorageHandler
 from cdc.model.errors import CdcError, Terminal
 from cdc.model.hooks import NO_HOOKS, Hooks
 from cdc.model.schema import TableId, TableSchema
-from sinks.changes import changelog_schema
+from sinks.changes import changelog_schema, conform
 from sinks.delta.engines import DeltaTables
 from sinks.delta.files import StagedFile, read_change_files
 
@@ -150,7 +150,7 @@ class MirrorFollower:
     def _merge(self, work: list[tuple[int, Changes]]) -> None:
         self.hooks.reached("mirror")
         last = work[-1][0]
-        for table_id, schema in self.schemas.items():
+        for table_id, schema in list(self.schemas.items()):  # the sink may evolve one meanwhile
             began = time.perf_counter()
             parts = [self._rows(schema, changes[table_id]) for _, changes in work if table_id in changes]
             if parts:
@@ -206,7 +206,7 @@ def changelog_batches_after(sink: DeltaTables, schema: TableSchema, after: int) 
         found.append((int(txn["version"]), [unquote(a["add"]["path"]) for a in actions if "add" in a]))
     storage = changelog_schema(schema)
     try:
-        return [(batch, pa.concat_tables([pq.read_table(p, filesystem=fs).cast(storage) for p in paths]))
+        return [(batch, pa.concat_tables([conform(pq.read_table(p, filesystem=fs), storage) for p in paths]))
                 for batch, paths in sorted(found) if paths]
     except FileNotFoundError as exc:
         raise _gap(schema, f"a data file of a batch after {after} ({exc})") from None

@@ -32,7 +32,7 @@ from deltalake import DeltaTable
 from deltalake.fs import DeltaStorageHandler
 
 from cdc.model.schema import TableSchema
-from sinks.changes import DELETE_FLAG
+from sinks.changes import DELETE_FLAG, conform
 from sinks.delta.config import DeltaSinkConfig
 from sinks.delta.files import StagedFile, local_dir, write_table_file
 
@@ -137,7 +137,8 @@ def _strip(fs: pafs.FileSystem, root: str, path: str, storage: pa.Schema, keys: 
     from urllib.parse import unquote
 
     rows = pq.read_table(os.path.join(root, unquote(path)) if root else unquote(path), filesystem=fs)
-    rows = rows.select(storage.names).cast(storage)
+    # files written before an added column lack it
+    rows = conform(rows.select([n for n in rows.column_names if n in storage.names]), storage)
     if len(key) == 1:
         return rows.filter(pc.invert(pc.is_in(rows[key[0]], value_set=keys[key[0]])))
     return rows.join(keys, keys=list(key), join_type="left anti")

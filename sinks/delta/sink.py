@@ -17,11 +17,18 @@ already holds the batch: a replayed batch writes nothing twice, and a batch whos
 short between two tables completes on replay. Files of a replay that are not committed stay
 orphans that no Delta version references (VACUUM removes them). After a crash the mirror
 catches up from the changelog (:meth:`DeltaSink.open`).
+
+Schema changes: change files written after a DDL carry the table's new sink schema
+(:class:`~sinks.delta.files.StagedFile`). Before committing them the sink waits for the mirror
+follower, then evolves the changelog and the mirror to it (:mod:`sinks.delta.evolve`: added
+columns, widened types) and keeps it as the table's current schema, which the tables also record
+for a restart.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from cdc.model.config import SinkConfig
@@ -33,6 +40,7 @@ from sinks.changes import changelog_schema, mirror_schema
 from sinks.delta.catalog import check_names, register_tables
 from sinks.delta.config import DeltaSinkConfig
 from sinks.delta.engines import DeltaTables
+from sinks.delta.evolve import ensure_table, recorded_schema
 from sinks.delta.files import (
     DeltaFileWriter,
     StagedFile,
@@ -41,7 +49,7 @@ from sinks.delta.files import (
     read_change_files,
 )
 from sinks.delta.follower import MirrorFollower
-from sinks.delta.tables import count_rows, ensure_table
+from sinks.delta.tables import count_rows, open_table
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +68,7 @@ class DeltaSink(Sink):
         self.delta = config
         self.tables = DeltaTables(config, job_id, spark)
         self.follower: MirrorFollower | None = None
+        self.current: dict[TableId, TableSchema] = {}  # each table's sink schema (grows with DDL)
 
     def describe(self) -> str:
         return f"delta at {self.delta.path} ({self.tables.engine_name})"
@@ -70,16 +79,49 @@ class DeltaSink(Sink):
     def open(self, schemas: dict[TableId, TableSchema]) -> None:
         register = self.delta.register_tables and self.spark is not None and \
             check_names(self.spark, self.delta, schemas)  # a name taken elsewhere: refused, nothing written
-        for schema in schemas.values():  # the tables exist from the start, so names resolve
-            ensure_table(self.delta.uri(schema.table_id, "mirror"), self.delta.storage_options, schema,
-                         "mirror", mirror_schema(schema))
-            ensure_table(self.delta.uri(schema.table_id, "changelog"), self.delta.storage_options, schema,
-                         "changelog", changelog_schema(schema))
+        self.current = {t: self._recorded(s) for t, s in schemas.items()}
+        for schema in self.current.values():  # the tables exist from the start, so names resolve
+            self._ensure(schema)
         if register:
             register_tables(self.spark, self.delta, schemas)
         if self.delta.async_mirror:
-            self.follower = MirrorFollower(self.tables, schemas, hooks=self.hooks)
+            self.follower = MirrorFollower(self.tables, self.current, hooks=self.hooks)
             self.follower.recover()
+
+    def _recorded(self, schema: TableSchema) -> TableSchema:
+        """The sink schema the changelog recorded at its last evolution, else ``schema``: after a
+        lenient DROP COLUMN the source's catalog lacks a column the sink tables keep."""
+        table = open_table(self.delta.uri(schema.table_id, "changelog"), self.delta.storage_options)
+        recorded = recorded_schema(table) if table is not None else None
+        return recorded if recorded is not None and recorded.table_id == schema.table_id else schema
+
+    def _ensure(self, schema: TableSchema) -> None:
+        """Create, or evolve to ``schema``, the table's mirror and changelog."""
+        ensure_table(self.delta.uri(schema.table_id, "mirror"), self.delta.storage_options, schema,
+                     "mirror", mirror_schema(schema))
+        ensure_table(self.delta.uri(schema.table_id, "changelog"), self.delta.storage_options, schema,
+                     "changelog", changelog_schema(schema))
+
+    def _evolve(self, batch: TableBatch) -> TableSchema:
+        """The table's sink schema for this batch: the newest that its staged files carry.
+
+        A newer one than the table's current schema evolves the changelog and the mirror first
+        (after the follower has merged what it holds, so no MERGE runs into the schema change).
+        """
+        table_id = batch.schema.table_id
+        current = self.current.setdefault(table_id, batch.schema)
+        files = [StagedFile.from_dict(d) for d in (*batch.snapshot, *batch.changes)]
+        tagged = max((f for f in files if f.schema is not None), key=lambda f: f.version, default=None)
+        wanted = tagged.table_schema() if tagged is not None else None
+        if wanted is None or wanted == current or not set(current.column_names) <= set(wanted.column_names):
+            return current  # no change, or files of an older version (a replay): read as current
+        if self.follower is not None:
+            self.follower.drain()
+        log.info("%s: sink schema version %d: columns %s", table_id, tagged.version if tagged else 0,
+                 wanted.column_names)
+        self._ensure(wanted)
+        self.current[table_id] = wanted
+        return wanted
 
     def commit(self, batch_id: int, tables: list[TableBatch]) -> list[Committed]:
         if self.follower is not None and any(t.snapshot for t in tables):
@@ -87,6 +129,7 @@ class DeltaSink(Sink):
         out: list[Committed] = []
         follow: dict[TableId, list[StagedFile]] = {}
         for batch in sorted(tables, key=lambda b: b.schema.table_id):
+            batch = replace(batch, schema=self._evolve(batch))
             snapshot = self._commit_snapshot(batch, batch_id)
             if snapshot:
                 self.hooks.reached("sink_commit")  # crash tests: snapshot committed, changes not yet

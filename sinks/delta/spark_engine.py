@@ -42,10 +42,10 @@ from sinks.changes import (
     snapshot_rows,
 )
 from sinks.delta.config import DeltaSinkConfig
+from sinks.delta.evolve import ensure_table
 from sinks.delta.tables import (
     TableKind,
     ensure_marked,
-    ensure_table,
     is_committed,
     merge_predicate,
     mirror_key,

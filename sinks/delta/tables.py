@@ -9,6 +9,8 @@ Both are created on first write, with every column nullable and these table prop
 
 * ``spark_cdc.sourceTable``: ``db.t``; ``spark_cdc.kind``: ``mirror`` or ``changelog``;
 * ``spark_cdc.primaryKey``: the key columns as a JSON list (MERGE matches on them);
+* ``spark_cdc.schema``: the source table's sink schema (columns with their MySQL and Arrow types)
+  as JSON, updated when the table evolves (``sinks/delta/evolve.py``); a restart reads it back;
 * ``delta.appendOnly = true`` on changelogs;
 * ``delta.dataSkippingStatsColumns``: the columns whose min/max statistics are safe to keep
   (see :func:`stats_columns`).
@@ -31,7 +33,7 @@ from deltalake import CommitProperties, DeltaTable, QueryBuilder, Transaction
 from deltalake.exceptions import TableNotFoundError
 from deltalake.schema import Schema as DeltaSchema
 
-from cdc.model.schema import TableId, TableSchema
+from cdc.model.schema import TableId, TableSchema, schema_to_dict
 from sinks.base import SinkSchemaMismatch
 
 TableKind = Literal["mirror", "changelog"]
@@ -39,6 +41,7 @@ TableKind = Literal["mirror", "changelog"]
 PROP_SOURCE = "spark_cdc.sourceTable"
 PROP_KIND = "spark_cdc.kind"
 PROP_KEY = "spark_cdc.primaryKey"
+PROP_SCHEMA = "spark_cdc.schema"  # the sink schema the table has (JSON; updated when it evolves)
 
 # Decimal statistics travel through float64 in delta-rs (and decimal(20,0) maxima are clamped to
 # the int64 range): readers that prune on them lose rows. 15 digits survive a float64 round trip.
@@ -151,6 +154,7 @@ def table_configuration(schema: TableSchema, kind: TableKind, storage: pa.Schema
         PROP_SOURCE: str(schema.table_id),
         PROP_KIND: kind,
         PROP_KEY: json.dumps(list(schema.primary_key)),
+        PROP_SCHEMA: json.dumps(schema_to_dict(schema)),
     }
     columns = stats_columns(storage)
     if columns:
@@ -203,15 +207,21 @@ def ensure_table(
     """
     table = open_table(uri, storage_options)
     if table is None:
-        DeltaTable.create(
-            uri, storage, mode="ignore", name=f"{schema.table_id}{'_changelog' if kind == 'changelog' else ''}",
-            description=f"spark-cdc {kind} of {schema.table_id}",
-            configuration=table_configuration(schema, kind, storage),
-            storage_options=storage_options or None, raise_if_key_not_exists=False,
-        )
-        table = DeltaTable(uri, storage_options=storage_options or None)
+        table = create_table(uri, storage_options, schema, kind, storage)
     check_table(table, uri, schema, storage)
     return table
+
+
+def create_table(uri: str, storage_options: dict[str, str], schema: TableSchema, kind: TableKind,
+                 storage: pa.Schema) -> DeltaTable:
+    """Create the table at ``uri`` (nothing happens when another writer just did) and open it."""
+    DeltaTable.create(
+        uri, storage, mode="ignore", name=f"{schema.table_id}{'_changelog' if kind == 'changelog' else ''}",
+        description=f"spark-cdc {kind} of {schema.table_id}",
+        configuration=table_configuration(schema, kind, storage),
+        storage_options=storage_options or None, raise_if_key_not_exists=False,
+    )
+    return DeltaTable(uri, storage_options=storage_options or None)
 
 
 def check_table(table: DeltaTable, uri: str, schema: TableSchema, storage: pa.Schema) -> None:
@@ -225,8 +235,9 @@ def check_table(table: DeltaTable, uri: str, schema: TableSchema, storage: pa.Sc
     name = str(schema.table_id)
     if not actual.equals(expected, check_metadata=False):
         raise SinkSchemaMismatch(
-            f"Delta table {uri} has schema {actual} but {name} now needs {expected}; the sink "
-            "does not evolve schemas: migrate or drop the table (and restart the snapshot)",
+            f"Delta table {uri} has schema {actual} but {name} now needs {expected}, which is not "
+            "an added column or a widened type (the only changes the sink follows, see "
+            "docs/schema-evolution.md): migrate or drop the table (and restart the snapshot)",
             table=name, uri=uri,
         )
     recorded = table.metadata().configuration.get(PROP_KEY)

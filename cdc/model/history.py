@@ -1,0 +1,275 @@
+"""Schema history: each captured table's schema at every log position, and what the sinks see.
+
+A dialect that reads DDL from its log (MySQL: the binlog's query events) records one
+:class:`SchemaVersion` per change of a table: version 0 is the schema the job started with, and
+version ``n`` takes effect at the log position right after the DDL that made it. A reader decodes
+a row with the version in force at the row's position (:meth:`SchemaHistory.at`), so a restart
+at an older offset decodes with the schema of that time, not with today's catalog.
+
+Versions are keyed by log position, not by when they were seen: a replayed batch, or two readers
+of one cut slice, find the same DDL at the same position and record the same version, so writing
+a version is idempotent (the state directory keeps them: :class:`HistoryStore`).
+
+The sinks do not see the source's versions directly but their *sink schema* under the configured
+behaviour (``source.schema_change.behavior``, docs/schema-evolution.md), which only grows:
+
+* ``lenient``: the union of every version so far: added and renamed-to columns are appended
+  (nullable), dropped and renamed-from columns stay (null from then on), widened types widen;
+* ``ignore``: version 0, always: new columns are left out, dropped ones are null.
+
+:func:`project_rows` turns rows typed by a source version into rows of the sink schema.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import Any, Literal, Protocol
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from cdc.model.errors import SchemaChanged
+from cdc.model.schema import Column, TableId, TableSchema, schema_from_dict, schema_to_dict
+
+Behavior = Literal["lenient", "ignore", "exception"]
+SortKey = tuple[int, ...]  # a log position as a comparable tuple (MySQL: file number, byte)
+BEGINNING: SortKey = (-1,)
+
+# keys of the Arrow schema metadata that carries the sink schema with a table's change rows
+SCHEMA_METADATA = b"spark_cdc.schema"
+VERSION_METADATA = b"spark_cdc.schema_version"
+
+
+@dataclass(frozen=True)
+class SchemaVersion:
+    """A table's schema from a log position on.
+
+    Attributes:
+        version: 0 for the schema the job started with, then 1, 2, ... per DDL.
+        key: where it takes effect (:data:`BEGINNING` for version 0).
+        position: the same position in the dialect's words (``mysql-bin.000003:1234``).
+        ddl: the statement that made it (None for version 0).
+        schema: the table's columns and key from then on.
+    """
+
+    version: int
+    key: SortKey
+    position: str
+    ddl: str | None
+    schema: TableSchema
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": self.version, "key": list(self.key), "position": self.position, "ddl": self.ddl,
+                "schema": schema_to_dict(self.schema)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SchemaVersion:
+        return cls(int(d["version"]), tuple(d["key"]), d["position"], d.get("ddl"), schema_from_dict(d["schema"]))
+
+
+class HistoryStore(Protocol):
+    """Where versions persist (the job's state directory: ``cdc.spark.state.StateStore``)."""
+
+    def schema_versions(self, table: TableId) -> list[dict[str, Any]]:
+        """Every stored version of ``table`` (any order)."""
+        ...
+
+    def write_schema_version(self, table: TableId, version: int, data: dict[str, Any]) -> None:
+        """Store a version (idempotent: the same version always has the same content)."""
+        ...
+
+
+class SchemaHistory:
+    """The versions of some tables, ordered by position; optionally backed by a store.
+
+    Args:
+        store: where versions are read from and written to (None: this reader's memory only).
+        behavior: how the sinks follow (see the module docstring).
+    """
+
+    def __init__(self, store: HistoryStore | None = None, behavior: Behavior = "lenient") -> None:
+        self.store = store
+        self.behavior = behavior
+        self._versions: dict[TableId, list[SchemaVersion]] = {}
+        self._sink: dict[tuple[TableId, int], TableSchema] = {}
+
+    def versions(self, table: TableId) -> list[SchemaVersion]:
+        """The table's versions in position order (loaded from the store on first use)."""
+        if table not in self._versions:
+            loaded = [SchemaVersion.from_dict(d) for d in self.store.schema_versions(table)] if self.store else []
+            self._versions[table] = sorted(loaded, key=lambda v: v.version)
+        return self._versions[table]
+
+    def known(self, table: TableId) -> bool:
+        return bool(self.versions(table))
+
+    def at(self, table: TableId, key: SortKey) -> SchemaVersion | None:
+        """The version in force at ``key`` (a row there was written under it); None if unknown."""
+        versions = self.versions(table)
+        i = bisect.bisect_right([v.key for v in versions], key)
+        return versions[i - 1] if i else None
+
+    def start(self, schema: TableSchema) -> SchemaVersion:
+        """Record ``schema`` as version 0 unless the table has a history already; its version 0."""
+        versions = self.versions(schema.table_id)
+        if not versions:
+            self._add(SchemaVersion(0, BEGINNING, "start", None, schema))
+        return versions[0]
+
+    def record(self, table: TableId, key: SortKey, position: str, ddl: str,
+               schema: TableSchema) -> SchemaVersion:
+        """Record the schema a DDL at ``key`` made (or return the version already recorded there).
+
+        Raises:
+            ValueError: the table has no version before ``key`` to change.
+        """
+        base = self.at(table, key)
+        if base is None:
+            raise ValueError(f"{table} has no schema before {position}")
+        if base.key == key:
+            return base  # seen before: a replay, or another reader of the same slice
+        later = [v for v in self.versions(table) if v.key > key]
+        if later:  # a DDL the history skipped: it was made from another run of the log
+            self._conflict(table, position, later[0])
+        return self._add(SchemaVersion(base.version + 1, key, position, ddl, schema))
+
+    @staticmethod
+    def _conflict(table: TableId, position: str, later: SchemaVersion) -> None:
+        raise SchemaChanged(
+            f"the schema history of {table} has version {later.version} at {later.position} "
+            f"({later.ddl!r}), but the log now shows another DDL before it at {position}: the "
+            "state directory belongs to another run of the log. Start again with a new checkpoint",
+            table=str(table), position=position)
+
+    def _add(self, version: SchemaVersion) -> SchemaVersion:
+        table = version.schema.table_id
+        versions = self.versions(table)
+        versions.append(version)
+        versions.sort(key=lambda v: v.version)
+        if self.store is not None:
+            self.store.write_schema_version(table, version.version, version.to_dict())
+        return version
+
+    def sink_schema(self, table: TableId, version: int) -> TableSchema:
+        """The schema the sinks see for rows written under ``version`` (see the module docstring).
+
+        Raises:
+            SchemaChanged: ``lenient`` cannot widen a column to the new type (e.g. INT -> TEXT).
+        """
+        cached = self._sink.get((table, version))
+        if cached is not None:
+            return cached
+        versions = self.versions(table)
+        if version == 0 or self.behavior != "lenient":
+            out = versions[0].schema
+        else:
+            out = merge_lenient(self.sink_schema(table, version - 1), versions[version])
+        self._sink[table, version] = out
+        return out
+
+
+def merge_lenient(sink: TableSchema, change: SchemaVersion) -> TableSchema:
+    """``sink`` after ``change`` under ``lenient``: new columns appended, none removed, types
+    widened.
+
+    Raises:
+        SchemaChanged: a column's new type is not a widening of its old one.
+    """
+    columns = list(sink.columns)
+    index = {c.name.lower(): i for i, c in enumerate(columns)}
+    for col in change.schema.columns:
+        i = index.get(col.name.lower())
+        if i is None:
+            index[col.name.lower()] = len(columns)
+            columns.append(replace(col, nullable=True))
+            continue
+        old = columns[i]
+        wide = wider_type(old.arrow, col.arrow)
+        if wide is None:
+            raise SchemaChanged(
+                f"{sink.table_id}: {change.ddl!r} at {change.position} changes column {old.name} from "
+                f"{old.column_type} ({old.arrow}) to {col.column_type} ({col.arrow}), which is not a "
+                "widening; schema_change.behavior lenient only widens types. Set source.schema_change."
+                "behavior to 'ignore' or 'exception', or take a new snapshot into a new sink path",
+                table=str(sink.table_id), position=change.position, ddl=change.ddl or "")
+        columns[i] = replace(col, nullable=True, arrow=wide)  # narrowed in the source: stays wide
+    return TableSchema(sink.table_id, tuple(columns), sink.primary_key, sink.connector, sink.database)
+
+
+_INTS = [pa.int8(), pa.int16(), pa.int32(), pa.int64()]
+
+
+def wider_type(a: pa.DataType, b: pa.DataType) -> pa.DataType | None:
+    """The type that holds every value of ``a`` and of ``b`` without loss, when one of them is it."""
+    if a == b:
+        return a
+    for x, y in ((a, b), (b, a)):
+        if x in _INTS and y in _INTS:
+            return _INTS[max(_INTS.index(x), _INTS.index(y))]
+        if x == pa.float32() and y == pa.float64():
+            return y
+        if x in _INTS and pa.types.is_decimal(y) and y.precision - y.scale >= len(str(2 ** (x.bit_width - 1))):
+            return y
+        if pa.types.is_decimal(x) and pa.types.is_decimal(y) and y.scale >= x.scale \
+                and y.precision - y.scale >= x.precision - x.scale:
+            return y
+    return None
+
+
+def project_rows(rows: pa.Table, sink: TableSchema, image_columns: Iterable[str] = ("before", "after")) -> pa.Table:
+    """Change rows whose images are typed by a source version, as images of ``sink``: columns the
+    version lacks are null, columns ``sink`` lacks are left out, the others cast (widened)."""
+    out = rows
+    target = sink.arrow_schema()
+    for name in image_columns:
+        i = out.schema.get_field_index(name)
+        column = out.column(i).combine_chunks()
+        out = out.set_column(i, pa.field(name, pa.struct(list(target)), nullable=True),
+                             _project_struct(column, target))
+    return out
+
+
+def _project_struct(column: pa.Array, target: pa.Schema) -> pa.Array:
+    have = {f.name: j for j, f in enumerate(column.type)}
+    children = []
+    for f in target:
+        j = have.get(f.name)
+        if j is None:
+            children.append(pa.nulls(len(column), f.type))
+        else:
+            child = pc.struct_field(column, [j])
+            try:
+                children.append(child if child.type == f.type else pc.cast(child, f.type))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise SchemaChanged(
+                    f"column {f.name}: a value of type {child.type} does not fit the sinks' type {f.type} "
+                    f"({exc}); with schema_change.behavior 'ignore' the sinks keep the first type. Use "
+                    "'lenient' (new sink path) to widen it", column=f.name) from None
+    return pa.StructArray.from_arrays(children, fields=list(target), mask=column.is_null())
+
+
+def with_schema(rows: pa.Table, sink: TableSchema, version: int) -> pa.Table:
+    """``rows`` tagged with the sink schema they have and the source version they were written
+    under (Arrow schema metadata, which survives filters and slices)."""
+    meta = dict(rows.schema.metadata or {})
+    meta[SCHEMA_METADATA] = json.dumps(schema_to_dict(sink)).encode()
+    meta[VERSION_METADATA] = str(version).encode()
+    return rows.replace_schema_metadata(meta)
+
+
+def tagged_schema(rows: pa.Table | pa.Schema) -> tuple[TableSchema, int] | None:
+    """The sink schema and version :func:`with_schema` put on ``rows``; None when untagged."""
+    meta = (rows if isinstance(rows, pa.Schema) else rows.schema).metadata or {}
+    if SCHEMA_METADATA not in meta:
+        return None
+    return schema_from_dict(json.loads(meta[SCHEMA_METADATA])), int(meta.get(VERSION_METADATA, b"0"))
+
+
+def renamed(schema: TableSchema, old: str, new: Column) -> TableSchema:
+    """``schema`` with column ``old`` replaced by ``new`` in place (a rename or CHANGE)."""
+    columns = tuple(new if c.name.lower() == old.lower() else c for c in schema.columns)
+    key = tuple(new.name if k.lower() == old.lower() else k for k in schema.primary_key)
+    return replace(schema, columns=columns, primary_key=key)
