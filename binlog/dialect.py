@@ -180,6 +180,32 @@ class Dialect(ABC):
         """The source block of a chunk's ``r`` rows emitted at ``high_watermark``."""
 
 
+@dataclass(frozen=True)
+class SourceFinding:
+    """One prerequisite of CDC on the source server, as ``python -m cdc validate`` prints it.
+
+    Attributes:
+        item: what is checked (``REPLICATION SLAVE``, ``binlog_format``, ``SELECT on shop.t``).
+        ok: the server meets it.
+        found: what the server has (``STATEMENT``, ``missing``).
+        fix: the exact statement or setting to apply (empty when ``ok``).
+    """
+
+    item: str
+    ok: bool
+    found: str
+    fix: str = ""
+
+
+class SupportsSourceReport(ABC):
+    """A dialect that reports every prerequisite at once (grants, log settings, retention),
+    each with the statement that fixes it, where :meth:`Dialect.check_source` stops at the first."""
+
+    @abstractmethod
+    def source_report(self, conn: Any, tables: Sequence[TableId]) -> list[SourceFinding]:
+        """Check the server and the CDC user for ``tables`` (driver; reads only, changes nothing)."""
+
+
 class SupportsLogRelease(ABC):
     """A dialect whose server keeps the log until told it is no longer needed (Postgres: a
     replication slot's confirmed position)."""
@@ -191,14 +217,6 @@ class SupportsLogRelease(ABC):
         the low watermark of any chunk still to be emitted; never moves backwards."""
 
 
-class SupportsSplitSlices(ABC):
-    """A dialect whose long log slices can be decoded by several readers at once."""
-
-    @abstractmethod
-    def slice_cuts(self, connection: Callable[[], Any], start: Any, end: Any, parts: int) -> list[Any]:
-        """Where to cut ``(start, end]`` so that up to ``parts`` readers finish together
-        (driver; ``connection()`` gives a connection, opened only when needed); empty when the
-        slice is not worth cutting."""
 class SupportsSchemaHistory(ABC):
     """A dialect that follows DDL with a schema history kept in the job's state
     (:mod:`cdc.model.history`, docs/schema-evolution.md)."""
@@ -209,3 +227,11 @@ class SupportsSchemaHistory(ABC):
         ``schemas`` (driver, before the dialect is pickled to executors)."""
 
 
+class SupportsSplitSlices(ABC):
+    """A dialect whose long log slices can be decoded by several readers at once."""
+
+    @abstractmethod
+    def slice_cuts(self, connection: Callable[[], Any], start: Any, end: Any, parts: int) -> list[Any]:
+        """Where to cut ``(start, end]`` so that up to ``parts`` readers finish together
+        (driver; ``connection()`` gives a connection, opened only when needed); empty when the
+        slice is not worth cutting."""

@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from binlog.dialect import ChangeRows, Dialect, SupportsSchemaHistory, SupportsSplitSlices
 from binlog.mysql.change_rows import event_rows_envelope
+from binlog.mysql.checks import MySqlSourceReport
 from binlog.mysql.config import MySqlSourceConfig
 from binlog.mysql.connection import Endpoint
 from binlog.mysql.event_rows import EventRows
@@ -50,7 +51,7 @@ SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
 STREAM_ROWS = 65_536  # binlog changes turned into change rows at a time
 
 
-class MySqlDialect(Dialect, SupportsSplitSlices, SupportsSchemaHistory):
+class MySqlDialect(Dialect, SupportsSplitSlices, SupportsSchemaHistory, MySqlSourceReport):
     """MySQL 5.7/8.x and MariaDB 10.5+: binlog positions, server ids, WEIGHT_STRING key order."""
 
     name: ClassVar[str] = "mysql"

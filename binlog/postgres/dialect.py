@@ -22,6 +22,7 @@ import pyarrow.csv as pacsv
 from psycopg import sql
 
 from binlog.dialect import Dialect, SupportsLogRelease
+from binlog.postgres.checks import PostgresSourceReport
 from binlog.postgres.config import PostgresSourceConfig
 from binlog.postgres.positions import LsnOffset
 from binlog.postgres.reader import PostgresLogReader
@@ -71,7 +72,7 @@ def key_sql(column: Column) -> str:
     return f'{k} COLLATE "C"' if pa.types.is_string(column.arrow) else k
 
 
-class PostgresDialect(Dialect, SupportsLogRelease):
+class PostgresDialect(Dialect, SupportsLogRelease, PostgresSourceReport):
     """PostgreSQL 12+: LSN watermarks, one pgoutput slot per job, C-collation key order."""
 
     name: ClassVar[str] = "postgres"

@@ -10,7 +10,9 @@ what keeps a failed start harmless:
 1. :meth:`JobRunner.check` connects and runs the start-up checks (server settings, privileges,
    tables, chunk keys). Every problem raises a :class:`~cdc.model.errors.CdcError` whose message
    names the fix, before anything is written.
-2. :func:`claim_checkpoint` records the source in ``<state>/source.json`` on the first run and
+2. :class:`~cdc.app.lock.CheckpointLock` refuses a checkpoint that another running job holds
+   (``<state>/owner.json`` names its host and pid) and holds it for this run.
+   :func:`claim_checkpoint` records the source in ``<state>/source.json`` on the first run and
    refuses a checkpoint made for another source; it also fixes the job id (the key of the
    sinks' idempotent commits) in ``<state>/query.json``, so it survives restarts.
 3. Every sink opens (creates what it needs; recovers what a crash left behind).
@@ -39,7 +41,11 @@ import pyarrow.fs as pafs
 
 from binlog.dialect import Dialect
 from binlog.registry import create_dialect
-from cdc.app.progress import ProgressTracker, RunSummary
+from cdc.app.checkpoint import CheckpointFiles
+from cdc.app.live import choose_view
+from cdc.app.lock import CheckpointLock
+from cdc.app.progress import JobTotals, ProgressTracker, ProgressView, RunSummary
+from cdc.app.writable import check_writable, sink_paths
 from cdc.model.config import JobConfig, parse_duration_s
 from cdc.model.errors import CdcError, ConfigError
 from cdc.model.hooks import NO_HOOKS, Hooks
@@ -78,7 +84,7 @@ def _absolute(path: str) -> str:
     return path.rstrip("/") if "://" in path else os.path.abspath(path)
 
 
-def _exists(path: str) -> bool:
+def path_exists(path: str) -> bool:
     """True when ``path`` (local or URI) exists; never creates anything."""
     fs, base = pafs.FileSystem.from_uri(path) if "://" in path else (pafs.LocalFileSystem(), path)
     return bool(fs.get_file_info(base).type != pafs.FileType.NotFound)
@@ -120,7 +126,7 @@ def claim_checkpoint(store: StateStore, paths: JobPaths, identity: dict[str, Any
         recorded = store.read_json(SOURCE_FILE)
         _same_source(recorded, identity, paths)
         identity = {**identity, "databases": sorted(set(identity["databases"]) | set(recorded["databases"]))}
-    elif _exists(f"{paths.checkpoint}/offsets"):
+    elif path_exists(f"{paths.checkpoint}/offsets"):
         raise ConfigError(f"checkpoint {paths.checkpoint} has offsets but its state directory "
                           f"{paths.state_dir} has no {SOURCE_FILE}: restore the state directory "
                           "(it must stay next to the checkpoint) or start over with a new checkpoint",
@@ -145,6 +151,17 @@ def _same_source(recorded: dict[str, Any], identity: dict[str, Any], paths: JobP
         raise ConfigError(f"checkpoint {paths.checkpoint} captures database(s) {', '.join(dropped)} "
                           f"that source.tables {identity['tables']} no longer matches: {fix}",
                           checkpoint=paths.checkpoint)
+
+
+def job_totals(store: StateStore, paths: JobPaths) -> JobTotals:
+    """The job's change counts so far (``<state>/progress.json``); empty again when the checkpoint
+    was started over (its last commit is older than the counts)."""
+    totals = JobTotals.load(store)
+    last = CheckpointFiles(paths.checkpoint).last("commits")
+    if totals.batch > (-1 if last is None else last) + 1:  # the sinks may be one commit ahead of Spark
+        log.info("the checkpoint restarted at batch %s: change counts start again from 0", last)
+        totals = JobTotals(store)
+    return totals
 
 
 def catalog_dir(config: JobConfig) -> str:
@@ -229,31 +246,53 @@ class JobRunner:
             self._schemas = table_schemas(self.dialect)
         return self._schemas
 
-    def run(self, once: bool = False, stop: threading.Event | None = None) -> RunSummary:
+    def run(self, once: bool = False, stop: threading.Event | None = None,
+            view: ProgressView | None = None) -> RunSummary:
         """Run until the data available at start is written (``once``) or until ``stop`` is set.
 
+        Args:
+            once: available-now: everything up to now, then stop.
+            stop: set it to stop the query (SIGINT/SIGTERM set it in the main thread).
+            view: where progress goes (default: bars on a terminal, else log lines).
+
         Raises:
-            CdcError: a start-up check failed (nothing written), or the checkpoint is refused.
+            CdcError: a start-up check failed (nothing written), a folder cannot be written, the
+                checkpoint is refused, or another running job holds it
+                (:class:`~cdc.app.lock.CheckpointInUse`).
             JobFailed: the query stopped with an error.
         """
         schemas = self.check()
+        check_writable("state_dir" if self.config.state_dir else "checkpoint", self.paths.state_dir)
+        for key, path in sink_paths(self.config):
+            check_writable(key, path)
+        store = StateStore(self.paths.state_dir)
+        lock = CheckpointLock(store, self.paths.checkpoint)
+        lock.acquire()  # before anything is written: a second job on this checkpoint stops here
+        try:
+            return self._run(schemas, store, once, stop or threading.Event(), view)
+        finally:
+            lock.release()
+
+    def _run(self, schemas: dict[TableId, TableSchema], store: StateStore, once: bool, stop: threading.Event,
+             view: ProgressView | None) -> RunSummary:
         spark = self.spark if self.spark is not None else job_session(self.config)
         check_visible(spark, {"state_dir": self.paths.state_dir})
-        store = StateStore(self.paths.state_dir)
         job_id = claim_checkpoint(store, self.paths, source_identity(self.config, schemas))
         sinks = self.open_sinks(job_id, spark, schemas)
-        committer = BatchCommitter(schemas, sinks, self.hooks)
+        totals = job_totals(store, self.paths)
+        committer = BatchCommitter(schemas, sinks, self.hooks, on_commit=totals.add)
         self.batches = committer.batches
         spec = SourceSpec(self.dialect, self.paths.state_dir, self.config.parallelism,
                           tuple(s.writer() for s in sinks), self.hooks)
-        tracker = ProgressTracker(self.dialect, self.config.source.chunk_size)
         started = time.monotonic()
         query = self._start(spark, spec, committer, once)
         log.info("query started: %d table(s) into %s, checkpoint %s, %s", len(schemas),
                  ", ".join(s.describe() for s in sinks), self.paths.checkpoint,
                  "available-now (--once)" if once else f"every {self.config.trigger_interval}")
+        tracker = ProgressTracker(self.dialect, self.config.source.chunk_size, totals,
+                                  view if view is not None else choose_view())
         try:
-            with stop_on_signals(stop := stop or threading.Event()):
+            with stop_on_signals(stop):
                 _wait(query, stop, tracker, committer)
         except BaseException:
             # A failed run still stops its sinks' background work (a mirror MERGE in flight), so

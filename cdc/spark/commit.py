@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,13 +37,18 @@ class BatchRecord:
         committed: per sink (in the job's order), what it committed for each table.
         snapshot_rows: snapshot rows in the batch.
         change_rows: log change rows in the batch.
+        tables: per table (``db.table``), its snapshot rows and log change rows in the batch.
+            Counted from the writers' manifests (each knows how many rows it staged), so no
+            row passes through the driver.
+        committed_ms: when every sink had committed the batch (epoch milliseconds).
     """
 
     batch_id: int
     committed: list[list[Committed]] = field(default_factory=list)
     snapshot_rows: int = 0
     change_rows: int = 0
-    rows_by_table: dict[str, int] = field(default_factory=dict)
+    tables: dict[str, tuple[int, int]] = field(default_factory=dict)
+    committed_ms: int = 0
 
     @property
     def wrote(self) -> bool:
@@ -57,12 +63,16 @@ class BatchCommitter:
         schemas: the captured tables.
         sinks: the job's sinks, in ``sink:`` order (opened by the caller).
         hooks: crash points for tests (``between_sinks``, ``after_sink_commit``).
+        on_commit: called with each batch's record once every sink committed it (the job's
+            progress counters); it must not raise.
     """
 
-    def __init__(self, schemas: dict[TableId, TableSchema], sinks: Sequence[Sink], hooks: Hooks = NO_HOOKS) -> None:
+    def __init__(self, schemas: dict[TableId, TableSchema], sinks: Sequence[Sink], hooks: Hooks = NO_HOOKS,
+                 on_commit: Callable[[BatchRecord], None] | None = None) -> None:
         self.schemas = schemas
         self.sinks = list(sinks)
         self.hooks = hooks
+        self.on_commit = on_commit
         self.batches: list[BatchRecord] = []
 
     def __call__(self, df: Any, batch_id: int) -> None:
@@ -75,7 +85,10 @@ class BatchCommitter:
             if i:
                 self.hooks.reached("between_sinks")
             record.committed.append(sink.commit(batch_id, per_sink[i]))
+        record.committed_ms = int(time.time() * 1000)
         self.batches.append(record)
+        if self.on_commit is not None:
+            self.on_commit(record)
         log.info("batch %d: %d snapshot rows, %d change rows%s", batch_id, record.snapshot_rows,
                  record.change_rows, "" if record.wrote or not (record.snapshot_rows or record.change_rows)
                  else " (replayed: already committed, nothing written)")
@@ -97,7 +110,7 @@ class BatchCommitter:
         for batch in out[0].values() if out else ():
             record.snapshot_rows += batch.snapshot_rows
             record.change_rows += batch.change_rows
-            record.rows_by_table[str(batch.schema.table_id)] = batch.snapshot_rows + batch.change_rows
+            record.tables[str(batch.schema.table_id)] = (batch.snapshot_rows, batch.change_rows)
         return [list(tables.values()) for tables in out]
 
     def close(self) -> None:
