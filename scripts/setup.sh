@@ -44,4 +44,7 @@ fi
 echo "setup: installing spark-cdc[$EXTRAS] into $VENV"
 "$VENV/bin/python" -m pip install -q -e ".[$EXTRAS]"
 scripts/jars.sh "$VENV/bin/python"
+if (( want_bench )); then  # the Flink CDC and Debezium harnesses of benchmarks/peers.py (Maven Central, once)
+  "$VENV/bin/python" benchmarks/peers.py --build-only
+fi
 echo "setup: done ($("$VENV/bin/python" -c 'import pyspark; print("pyspark", pyspark.__version__)'), $(java -version 2>&1 | head -1))"
