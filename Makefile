@@ -30,6 +30,9 @@ typecheck: setup
 bench: setup
 	scripts/setup.sh --bench
 	$(PY) benchmarks/tpcds_customer.py --scale 100
+	$(PY) benchmarks/postgres_bench.py --scale 100
+	$(PY) benchmarks/peers.py --scale 100
+	$(PY) benchmarks/kafka_bench.py --scale 1
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .demo .bench *.egg-info

@@ -2,12 +2,18 @@
 
 Commands:
   run               run a job: ``--config job.yaml [--once]``.
-  validate          check a job file without running it; ``--check-connection`` also connects
-                    and runs the start-up checks.
+  status            where a job stands, from its checkpoint (no job running, no Spark):
+                    ``--config job.yaml [--json]``.
+  validate          check a job file without running it; ``--check-connection`` also connects,
+                    lists every prerequisite on the source (grants, log settings, retention) with
+                    the statement that fixes each missing one, and runs the start-up checks.
   sql               a SQL query over the job's tables by name: ``--config job.yaml "SELECT ..."``
                     (or ``--catalog DIR``).
   demo              throwaway MariaDB with TPC-DS customer, the job, changes, a query on the lake.
   sandbox           a throwaway server (``mysql``) on a free port until Ctrl-C, for trying it out.
+  pipeline run      run a Spark Declarative Pipeline (``spark-pipeline.yml``) that reads a source
+                    through ``cdc.app.pipelines``, with the project's jars and a kept catalog.
+  follow-topic      keep Delta tables up to date from a job's Kafka topics (docs/kafka.md).
   config-reference  print every config key with its default and meaning (Markdown).
   version           print versions of spark-cdc and the engines it uses.
 
@@ -25,7 +31,7 @@ from collections.abc import Sequence
 from cdc import __version__
 from cdc.model.errors import CdcError, ConfigError
 
-COMMANDS = ("run", "validate", "sql", "demo", "sandbox", "config-reference", "version")
+COMMANDS = ("run", "status", "validate", "sql", "demo", "sandbox", "follow-topic", "pipeline", "config-reference", "version")
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
 
 
@@ -64,6 +70,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_validate(args: argparse.Namespace) -> int:
     from cdc.app.config import load_config
     from cdc.app.runner import JobRunner, check_supported
+    from cdc.app.validate import render_report, source_report
 
     try:
         config = load_config(args.config)
@@ -71,14 +78,45 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return _fail(exc, args.config)
     if args.check_connection:
+        runner = JobRunner(config)
         try:
-            tables = JobRunner(config).check()
+            findings = source_report(runner.dialect, config)
+        except CdcError as exc:
+            return _fail(exc)
+        address = f"{config.source.hostname}:{config.source.port}"
+        if findings is not None:
+            print(render_report(address, findings), flush=True)
+            missing = [f for f in findings if not f.ok]
+            if missing:
+                print(f"error: {len(missing)} prerequisite(s) missing on {address}: apply the fixes "
+                      "listed above, then run validate again", file=sys.stderr)
+                return EXIT_INVALID
+        try:
+            tables = runner.check()
         except CdcError as exc:
             return _fail(exc)
         print(f"{args.config}: valid; {config.source.hostname}:{config.source.port} passed the start-up "
               f"checks; {len(tables)} table(s): {', '.join(sorted(map(str, tables)))}")
     else:
         print(f"{args.config}: valid (add --check-connection to connect and run the start-up checks)")
+    return EXIT_OK
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    import json
+
+    from cdc.app.config import load_config
+    from cdc.app.status import read_status, render
+
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        return _fail(exc, args.config)
+    try:
+        status = read_status(config, connect=not args.offline)
+    except CdcError as exc:
+        return _fail(exc)
+    print(json.dumps(status.to_dict(), indent=2) if args.json else render(status), flush=True)
     return EXIT_OK
 
 
@@ -102,7 +140,24 @@ def _cmd_config_reference(_: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from cdc.app.demo import run_demo
 
-    return run_demo(scale=args.scale)
+    return run_demo(scale=args.scale, sink=args.sink, source=args.source)
+
+
+def _cmd_follow_topic(args: argparse.Namespace) -> int:
+    from cdc.app.config import load_config
+    from cdc.app.follow import follow_topics
+
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        return _fail(exc, args.config)
+    try:
+        follower = follow_topics(config, args.target, args.checkpoint, once=args.once,
+                                 max_offsets_per_trigger=args.max_offsets_per_trigger)
+    except CdcError as exc:
+        return _fail(exc)
+    print(f"followed {len(follower.tables)} topic(s) into {args.target}", flush=True)
+    return EXIT_OK
 
 
 def _cmd_sql(args: argparse.Namespace) -> int:
@@ -118,6 +173,18 @@ def _cmd_sql(args: argparse.Namespace) -> int:
             return _fail(exc, args.config)
     try:
         print(run_sql(directory, args.query, args.format), end="", flush=True)
+    except CdcError as exc:
+        return _fail(exc)
+    return EXIT_OK
+
+
+def _cmd_pipeline(args: argparse.Namespace) -> int:
+    from cdc.app.pipelines import PipelineFailed, run_pipeline
+
+    try:
+        run_pipeline(args.spec, full_refresh_all=args.full_refresh_all, dry=args.dry_run)
+    except PipelineFailed as exc:
+        return _fail(exc, code=EXIT_FAILED)
     except CdcError as exc:
         return _fail(exc)
     return EXIT_OK
@@ -144,6 +211,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write everything available now, then exit (else run until SIGINT/SIGTERM)")
     p.set_defaults(func=_cmd_run)
 
+    p = sub.add_parser("status", help="where a job stands: per table phase, chunks, rows, log position, lag")
+    p.add_argument("--config", required=True, help="the job's YAML file")
+    p.add_argument("--json", action="store_true", help="print JSON (for scripts)")
+    p.add_argument("--offline", action="store_true",
+                   help="do not ask the source for its position (the lag is then the last commit's age)")
+    p.set_defaults(func=_cmd_status)
+
     p = sub.add_parser("validate", help="check a job file without running it")
     p.add_argument("--config", required=True, help="the job's YAML file")
     p.add_argument("--check-connection", action="store_true",
@@ -153,6 +227,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="throwaway MariaDB + TPC-DS customer + local Spark: the job end to end")
     p.add_argument("--scale", type=float, default=0.1,
                    help="TPC-DS scale factor (0.1 = 10,000 customers, 1 = 100,000)")
+    p.add_argument("--sink", choices=("delta", "kafka"), default="delta",
+                   help="capture into Delta (default) or into a throwaway Kafka broker as Debezium JSON")
+    p.add_argument("--source", choices=("mysql", "postgres"), default="mysql",
+                   help="capture from a throwaway MariaDB (default) or PostgreSQL")
     p.set_defaults(func=_cmd_demo)
 
     p = sub.add_parser("sql", help="run a SQL query over the job's tables by name (db.table, db.table_changelog)")
@@ -163,6 +241,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="table (default), or json lines / csv for scripts")
     p.add_argument("query", help='e.g. "SELECT count(*) FROM shop.orders"')
     p.set_defaults(func=_cmd_sql)
+
+    p = sub.add_parser("follow-topic", help="keep Delta tables up to date from the job's Kafka topics")
+    p.add_argument("--config", required=True, help="the job's YAML file (its `type: kafka` sink and source)")
+    p.add_argument("--target", required=True, help="root of the Delta tables (<target>/<db>/<table>)")
+    p.add_argument("--checkpoint", help="the query's checkpoint (default <target>/_checkpoints/follow-topic)")
+    p.add_argument("--once", action="store_true", help="read what the topics hold now, then exit")
+    p.add_argument("--max-offsets-per-trigger", type=int, help="Kafka messages per micro-batch at most")
+    p.set_defaults(func=_cmd_follow_topic)
+
+    p = sub.add_parser("pipeline", help="run a Spark Declarative Pipeline once, with the project's jars and a kept catalog")
+    p.add_argument("action", choices=("run",), help="run: one update of every flow, as spark-pipelines run")
+    p.add_argument("--spec", default="spark-pipeline.yml", help="the pipeline spec (default ./spark-pipeline.yml)")
+    p.add_argument("--full-refresh-all", action="store_true", help="reset every table and checkpoint first")
+    p.add_argument("--dry-run", action="store_true", help="check the graph without running any flow")
+    p.set_defaults(func=_cmd_pipeline)
 
     from cdc.app.sandbox import SANDBOXES
 
