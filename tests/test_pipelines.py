@@ -63,15 +63,19 @@ def write_randomly(admin: Any, rng: random.Random, statements: int) -> None:
             cur.execute("COMMIT")
 
 
+def create_and_fill(admin: Any, rng: random.Random, statements: int) -> None:
+    with admin.cursor() as cur:
+        for name, columns in TABLES.items():
+            cur.execute(f"CREATE TABLE {name} ({columns})")
+    write_randomly(admin, rng, statements)
+
+
 @pytest.mark.slow
 def test_the_example_pipeline_keeps_every_table_equal_to_the_source_across_runs(
     tmp_path: Path, mysql_server: Sandbox, database: str, admin: Any
 ) -> None:
     rng = random.Random(20)
-    with admin.cursor() as cur:
-        for name, columns in TABLES.items():
-            cur.execute(f"CREATE TABLE {name} ({columns})")
-    write_randomly(admin, rng, 40)
+    create_and_fill(admin, rng, 40)
     example = tmp_path / "sdp"
     shutil.copytree(ROOT / "examples" / "sdp", example)
     env = {"MYSQL_HOST": mysql_server.cdc.host, "MYSQL_PORT": str(mysql_server.cdc.port),
@@ -105,10 +109,7 @@ def test_a_jobs_changelog_feeds_a_pipeline_that_rebuilds_the_table(
     tmp_path: Path, mysql_server: Sandbox, database: str, admin: Any
 ) -> None:
     rng = random.Random(21)
-    with admin.cursor() as cur:
-        for name, columns in TABLES.items():
-            cur.execute(f"CREATE TABLE {name} ({columns})")
-    write_randomly(admin, rng, 15)
+    create_and_fill(admin, rng, 15)
     job = tmp_path / "job.yaml"
     job.write_text(yaml.safe_dump({
         "source": {"hostname": mysql_server.cdc.host, "port": mysql_server.cdc.port, "username": mysql_server.cdc.user,
