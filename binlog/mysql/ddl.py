@@ -36,6 +36,8 @@ _TABLE_OBJECT = re.compile(r"^\s*(?:/\*.*?\*/\s*)*(?:create|drop)\s+(?:or\s+repl
                            r"(?:temporary\s+)?(database|schema|index|view|trigger|procedure|function|"
                            r"event|user|role|server|sequence)\b", re.I | re.S)
 _TEMPORARY = re.compile(r"^\s*(?:create|drop)\s+(?:or\s+replace\s+)?temporary\b", re.I)
+_CREATE_TABLE = re.compile(r"^\s*(?:/\*.*?\*/\s*)*create\s+table\s+(?:if\s+not\s+exists\s+)?"
+                           r"((?:`(?:[^`]|``)+`|[\w$]+)(?:\s*\.\s*(?:`(?:[^`]|``)+`|[\w$]+))?)", re.I | re.S)
 _RENAME_TABLE = re.compile(r"^\s*rename\s+tables?\s+(.*)$", re.I | re.S)
 _IDENT = r"(?:`(?:[^`]|``)+`|[\w$]+)"
 _NAME = re.compile(rf"({_IDENT})(?:\s*\.\s*({_IDENT}))?")
@@ -52,7 +54,7 @@ class TableDdl:
         kind: ``alter``, ``create``, ``drop``, ``rename`` (the table got another name) or
             ``truncate``.
         schema: its columns after the statement (``alter``, ``create``, and a rename into a
-            captured name), else None.
+            captured name), else None (also for a ``create`` that sqlglot cannot read).
         statement: the SQL text, as logged.
     """
 
@@ -88,6 +90,10 @@ def parse_ddl(db: str, sql: str, captured: Callable[[TableId], bool],
     try:
         tree = sqlglot.parse_one(sql, read="mysql")
     except SqlglotError as exc:
+        create = _CREATE_TABLE.match(sql)
+        if create:  # a CREATE TABLE it cannot read: the table's columns come from the server instead
+            table = _name_id(db, create.group(1))
+            return [TableDdl(table, "create", None, sql)] if captured(table) else []
         return _unsupported(db, sql, captured, f"sqlglot cannot parse it ({str(exc).splitlines()[0]})")
     if isinstance(tree, exp.Alter) and tree.args.get("kind", "").upper() == "TABLE":
         return _alter(db, sql, tree, captured, schema_of)
