@@ -2,7 +2,8 @@
 
 A folder that cannot be created or written (a read-only mount, a path under a regular file, a
 bucket without write permission) otherwise fails deep inside a Delta or Arrow call with a stack
-trace. :func:`check_writable` creates the folder if needed, writes a probe file and deletes it.
+trace. :func:`check_writable` writes a probe file in the folder and deletes it; folders it had to
+create for that are removed again, so a job refused later at start-up has written nothing.
 
 Runs on the driver, before the query starts.
 """
@@ -25,8 +26,12 @@ def check_writable(key: str, path: str) -> None:
     Raises:
         ConfigError: names the key, the path, the reason and the fix.
     """
+    local = "://" not in path
+    created: list[str] = []
     try:
-        fs, base = pafs.FileSystem.from_uri(path) if "://" in path else (pafs.LocalFileSystem(), os.path.abspath(path))
+        fs, base = (pafs.LocalFileSystem(), os.path.abspath(path)) if local else pafs.FileSystem.from_uri(path)
+        if local:
+            created = _missing(base)
         fs.create_dir(base, recursive=True)
         probe = f"{base.rstrip('/')}/.spark-cdc-probe-{uuid.uuid4().hex}"
         with fs.open_output_stream(probe) as out:
@@ -36,6 +41,24 @@ def check_writable(key: str, path: str) -> None:
         reason = " ".join(str(exc).split()) or type(exc).__name__
         raise ConfigError(f"{key}: cannot write to {path} ({reason}): point {key} at a folder this job can "
                           "create and write, or fix its permissions", key=key, path=path) from None
+    finally:
+        for folder in created:  # deepest first; only empty folders go (os.rmdir)
+            try:
+                os.rmdir(folder)
+            except OSError:
+                break
+
+
+def _missing(folder: str) -> list[str]:
+    """The folders of ``folder`` that do not exist yet, deepest first."""
+    out = []
+    while not os.path.exists(folder):
+        out.append(folder)
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    return out
 
 
 def sink_paths(config: JobConfig) -> list[tuple[str, str]]:
