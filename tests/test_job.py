@@ -123,8 +123,7 @@ def test_start_up_errors_are_one_line_and_write_nothing(
 
 
 def test_unsupported_startup_settings_are_refused_before_connecting(tmp_path: Path, mysql_server: Sandbox) -> None:
-    for source, message in [({"startup_mode": "specific-offset", "startup_offset": {"gtid": "0-1-5"}}, "GTID start"),
-                            ({"backfill_skip": True}, "backfill_skip")]:
+    for source, message in [({"startup_mode": "specific-offset", "startup_offset": {"gtid": "0-1-5"}}, "GTID start")]:
         runner = JobRunner(config_of(raw_config(mysql_server, "db", tmp_path, **source)))
         with pytest.raises(ConfigError, match=message):
             runner.check()

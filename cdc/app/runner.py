@@ -101,9 +101,6 @@ def check_supported(config: JobConfig) -> None:
     if s.startup_mode == "specific-offset" and offset is not None and getattr(offset, "file", "") is None:
         raise ConfigError("source.startup_offset: a GTID start is not supported yet; give file and pos",
                           key="source.startup_offset")
-    if s.backfill_skip:
-        raise ConfigError("source.backfill_skip: not implemented yet; remove it (the default false "
-                          "gives exactly-once snapshots)", key="source.backfill_skip")
 
 
 def source_identity(config: JobConfig, schemas: dict[TableId, TableSchema]) -> dict[str, Any]:

@@ -76,8 +76,11 @@ class SourceConfig(ConfigModel):
     distribution_factor_upper: float = Field(default=1000.0, gt=0, description="... and at most this")
     chunks_per_batch: int | None = Field(default=None, gt=0, description="chunks staged per micro-batch "
                                          "(default 16 x parallelism)")
-    backfill_skip: bool = Field(default=False, description="skip the exactly-once backfill "
-                                "(at-least-once); not implemented yet: `true` is refused")
+    backfill_skip: bool = Field(default=False, description="read and emit each chunk in one batch, "
+                                "without the watermark merge (Flink CDC's `scan.incremental.snapshot."
+                                "backfill.skip`): faster, but at-least-once during the snapshot (a change "
+                                "made while a chunk is read may reach the changelog twice; the mirror "
+                                "still ends equal)")
     connect_timeout_s: float = Field(default=10.0, gt=0, description="seconds to wait for a connection")
     name: str = Field(default="cdc", description="the logical source name (Debezium's `topic.prefix`, "
                       "`source.name` in every change)")

@@ -40,6 +40,8 @@ class PlannerOptions:
         splitter: chunk size, distribution-factor bounds.
         snapshot: snapshot the tables (startup modes initial and snapshot).
         stream: read the log (every mode but snapshot).
+        backfill_skip: a batch reads its chunks and emits them at once, without the watermark
+            merge (``source.backfill_skip``; at-least-once, see :func:`Planner.plan`).
     """
 
     chunks_per_batch: int = 8
@@ -47,6 +49,7 @@ class PlannerOptions:
     splitter: SplitterOptions = field(default_factory=SplitterOptions)
     snapshot: bool = True
     stream: bool = True
+    backfill_skip: bool = False
 
 
 class Planner:
@@ -94,11 +97,18 @@ class Planner:
     def plan(self, start: SourceOffset, target: Offset | None = None) -> SourceOffset:
         """The next batch's end offset, or ``start`` itself when there is nothing to do.
 
+        With ``backfill_skip`` a batch emits the chunks it assigns, read by its own tasks, as of
+        its HW (read here, so before their SELECTs), and the next batch's stream slice already
+        covers their keys: a change between the HW and a chunk's SELECT arrives twice, once in
+        the chunk's rows and once from the log (at-least-once; the mirror still ends equal).
+
         Args:
             start: the end of the last committed batch.
             target: for available-now runs, the log position to stop at once the snapshot
                 is done.
         """
+        if self.options.backfill_skip:
+            return self._plan_without_backfill(start, target)
         tables = self._with_new_tables(start.tables)
         tables = self._mark_emitted(tables, start.stage)
         budget = min(self.options.chunks_per_batch, max(self.options.warmup_chunks, 4 * _count(start.stage)))
@@ -108,6 +118,17 @@ class Planner:
             return start
         end = SourceOffset(position=hw, ts_ms=_now_ms(), tables=tables, stage=stage, emit=dict(start.stage))
         log.info("planned batch: stage %s, emit %s, log at %s", _count(stage), _count(end.emit), hw)
+        return end
+
+    def _plan_without_backfill(self, start: SourceOffset, target: Offset | None) -> SourceOffset:
+        tables = self._with_new_tables(start.tables)
+        emit, tables = self._assign(tables, self.options.chunks_per_batch)
+        tables = self._mark_emitted(tables, emit)
+        hw = self._high_watermark(start, emitting=bool(emit), target=target)
+        if not emit and hw.compare(start.position) == 0 and tables == start.tables:
+            return start
+        end = SourceOffset(position=hw, ts_ms=_now_ms(), tables=tables, emit=emit)
+        log.info("planned batch: read and emit %s (no backfill), log at %s", _count(emit), hw)
         return end
 
     def _high_watermark(self, start: SourceOffset, *, emitting: bool, target: Offset | None) -> Offset:

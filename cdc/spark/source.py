@@ -193,7 +193,8 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             splitter=SplitterOptions(chunk_size=config.chunk_size,
                                      distribution_factor_lower=config.distribution_factor_lower,
                                      distribution_factor_upper=config.distribution_factor_upper),
-            snapshot=spec.snapshot, stream=config.startup_mode != "snapshot")
+            snapshot=spec.snapshot, stream=config.startup_mode != "snapshot",
+            backfill_skip=config.backfill_skip)
         self.planner = Planner(spec.dialect, schemas, self.context.store, options)
         self.target: Offset | None = None
 
@@ -288,11 +289,13 @@ def plan_partitions(start: SourceOffset, end: SourceOffset, ctx: TaskContext, sp
     """
     p, reader_ids = spec.parallelism, ctx.dialect.reader_ids()
     hw, ts = end.position, end.ts_ms
-    stages = [StageChunk(t, i) for t, (lo, hi) in sorted(end.stage.items()) for i in range(lo, hi)]
-    emits = [EmitChunk(t, i) for t, (lo, hi) in sorted(end.emit.items()) for i in range(lo, hi)]
+    stages: list[Any] = [StageChunk(t, i) for t, (lo, hi) in sorted(end.stage.items()) for i in range(lo, hi)]
+    emits: list[Any] = [EmitChunk(t, i) for t, (lo, hi) in sorted(end.emit.items()) for i in range(lo, hi)]
     streaming = regions(start, ctx) if ctx.dialect.config.startup_mode != "snapshot" else {}
     stream = [StreamSlice(start.position, hw, streaming)] if streaming and start.position.is_before(hw) else []
     parts: list[CdcPartition] = []
+    if ctx.dialect.config.backfill_skip:  # its emits read no log: spread them as stages are
+        stages, emits = stages + emits, []
     emit_slots = min(p, len(reader_ids) - 1)
     if emit_slots < 1:  # one reader id: the stream task does the emits too, one after another
         stream_items: list[Any] = list(emits) + stream

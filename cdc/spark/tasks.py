@@ -33,6 +33,7 @@ from pyspark.sql.datasource import InputPartition
 
 from binlog.dialect import Dialect
 from cdc.model.envelope import snapshot_envelope
+from cdc.model.errors import CdcError
 from cdc.model.events import ChangeEvent
 from cdc.model.hooks import NO_HOOKS, Hooks
 from cdc.model.positions import Offset, min_offset
@@ -119,6 +120,9 @@ def run_partition(part: CdcPartition, ctx: TaskContext) -> Iterator[pa.RecordBat
     stages = [i for i in part.items if isinstance(i, StageChunk)]
     emits = [i for i in part.items if isinstance(i, EmitChunk)]
     streams = [i for i in part.items if isinstance(i, StreamSlice)]
+    if ctx.dialect.config.backfill_skip:
+        yield from _read_and_emit(emits, part, ctx)
+        emits = []
     if not emits and not streams:
         _stage_all(stages, ctx)
         return
@@ -190,6 +194,35 @@ def _emit(items: list[EmitChunk], part: CdcPartition, ctx: TaskContext, orders: 
         log.info("emitted %s: %d rows, %d log changes merged", fill.split.split_name, rows.num_rows, fill.applied)
         if ctx.writers:
             yield from pending.add(fill.schema, envelope)
+        else:
+            yield from ctx.layout.to_stream(table, envelope).to_batches(max_chunksize=BACKFILL_BATCH * 4)
+    yield from pending.flush()
+
+
+def _read_and_emit(items: list[EmitChunk], part: CdcPartition, ctx: TaskContext) -> Iterator[pa.RecordBatch]:
+    """``backfill_skip``: read each chunk and emit its rows as they are, as of the batch's HW.
+
+    The HW was taken when the batch was planned, so before every SELECT here; the rows hold every
+    change up to their LW, and the log from the HW on reaches the sinks through later batches'
+    stream slices (changes between the HW and the SELECT twice: at-least-once).
+
+    Raises:
+        CdcError: a chunk's LW lies before the batch's HW (its changes in between could be lost).
+    """
+    pending = _Pending(ctx)
+    for item in items:
+        table = TableId.parse(item.table)
+        split = SnapshotSplit.from_dict(ctx.store.read_json(StateStore.chunk_path(table, item.split_id)))
+        lw, rows = ctx.dialect.read_chunk(ctx.schemas[table], split)
+        if lw.is_before(part.high_watermark):
+            raise CdcError(f"{split.split_name}: its low watermark {lw} is before the batch's high watermark "
+                           f"{part.high_watermark}; the server's log position went backwards")
+        envelope = snapshot_envelope(ctx.schemas[table], rows,
+                                     ctx.dialect.snapshot_source(table, part.high_watermark, part.ts_ms))
+        ctx.hooks.reached("emit")
+        log.info("read and emitted %s: %d rows (LW %s, no backfill)", split.split_name, rows.num_rows, lw)
+        if ctx.writers:
+            yield from pending.add(ctx.schemas[table], envelope)
         else:
             yield from ctx.layout.to_stream(table, envelope).to_batches(max_chunksize=BACKFILL_BATCH * 4)
     yield from pending.flush()
