@@ -213,6 +213,36 @@ def test_lenient_ddl_flows_to_the_mirror_and_the_changelog(
     assert [v for v, _ in seen] == sorted(v for v, _ in seen)
 
 
+def test_kafka_messages_follow_each_ddl_with_the_tables_schema_at_the_change(
+        pipeline: Pipeline, mysql_server: Sandbox, database: str, kafka_broker: Any) -> None:
+    """Each message's Connect schema (``schemas_enable``) and payload are the sink schema in force
+    at its change, as Debezium's are; a Kafka sink no longer stops at a DDL."""
+    from kafka_broker import read_topic
+    from pipeline import kafka_sink
+
+    p = pipeline
+    prefix = f"ddl{database}"
+    p.sinks = [kafka_sink(p, kafka_broker.bootstrap_servers, prefix)]
+    p.run()
+    for statement, writes in DDL_STEPS:
+        sql(mysql_server, database, statement, *writes)
+    p.run()
+    fields: dict[int, dict[str, str]] = {}  # id of each step's insert -> its after image's field types
+    after: dict[int, dict[str, Any]] = {}
+    for record in read_topic(kafka_broker.bootstrap_servers, f"{prefix}.{database}.t"):
+        message = json.loads(record.value) if record.value is not None else {"payload": {"op": None}}
+        payload = message["payload"]
+        if payload["op"] == "c":
+            image = next(f for f in message["schema"]["fields"] if f["field"] == "after")
+            fields[payload["after"]["id"]] = {f["field"]: f["type"] for f in image["fields"]}
+            after[payload["after"]["id"]] = payload["after"]
+    assert fields[100] == {"id": "int32", "name": "string", "qty": "int32", "old": "string", "note": "string"}
+    assert fields[101]["qty"] == "int64", "widened to BIGINT"
+    assert list(fields[103]) == ["id", "name", "qty", "old", "note", "title"], "lenient: the sink schema only grows"
+    assert after[101]["qty"] == 5_000_000_000
+    assert after[103] == {"id": 103, "name": None, "qty": 3, "old": None, "note": "renamed", "title": "d"}
+
+
 def test_exception_stops_at_the_ddl_naming_it(pipeline: Pipeline, mysql_server: Sandbox, database: str) -> None:
     p = pipeline
     p.source = {"schema_change": {"behavior": "exception"}}

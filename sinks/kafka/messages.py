@@ -27,6 +27,7 @@ import pyarrow.fs as pafs
 import pyarrow.ipc as ipc
 
 from cdc.model.debezium.codec import DebeziumFormatError, TableEncoder, record_from_row
+from cdc.model.history import tagged_schema
 from cdc.model.schema import TableSchema
 from sinks.base import InvalidChangeBatch, SinkError, SinkWriter, StreamKind
 from sinks.changes import normalize
@@ -91,6 +92,12 @@ class KafkaStageWriter(SinkWriter):
         return f"KafkaStageWriter({self.staging!r})"
 
     def write(self, schema: TableSchema, rows: pa.Table, stream: StreamKind) -> list[dict[str, Any]]:
+        """Encode and stage ``rows``; rows a dialect tagged with a sink schema (after a DDL,
+        :func:`cdc.model.history.with_schema`) are encoded with that schema, so each message's
+        Connect schema is the table's at its change, as Debezium's are."""
+        tagged = tagged_schema(rows)
+        if tagged is not None:
+            schema = tagged[0]
         batch = normalize(rows, schema)
         if batch.num_rows == 0:
             return []
