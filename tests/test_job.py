@@ -122,11 +122,11 @@ def test_start_up_errors_are_one_line_and_write_nothing(
     assert written(tmp_path) == [], "a failed start must write nothing"
 
 
-def test_unsupported_startup_settings_are_refused_before_connecting(tmp_path: Path, mysql_server: Sandbox) -> None:
-    for source, message in [({"startup_mode": "specific-offset", "startup_offset": {"gtid": "0-1-5"}}, "GTID start")]:
-        runner = JobRunner(config_of(raw_config(mysql_server, "db", tmp_path, **source)))
-        with pytest.raises(ConfigError, match=message):
-            runner.check()
+def test_bad_startup_gtid_is_refused_before_connecting(tmp_path: Path, mysql_server: Sandbox) -> None:
+    # A GTID start is supported (issue 21, tests/test_gtid_failover.py); a malformed set is refused.
+    source = {"startup_mode": "specific-offset", "startup_offset": {"gtid": "0-1"}}
+    with pytest.raises(ConfigError, match=r"source\.startup_offset\.gtid"):
+        config_of(raw_config(mysql_server, "db", tmp_path, **source))
     assert written(tmp_path) == []
 
 

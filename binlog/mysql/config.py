@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from binlog.mysql.positions import GtidSet
 from cdc.model.config import ConfigModel, SchemaChangeConfig, SourceConfig
 
 _SERVER_ID = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
@@ -17,10 +18,25 @@ class SpecificOffset(ConfigModel):
 
     file: str | None = Field(default=None, description="binlog file name, e.g. `mysql-bin.000003`")
     pos: int | None = Field(default=None, ge=4, description="position in that file (4 = its start)")
-    gtid: str | None = Field(default=None, description="a GTID set (not supported yet)")
+    gtid: str | None = Field(default=None, description="a GTID set: the stream starts after exactly these "
+                             "transactions. MariaDB `domain-server-seq` per domain (`0-1-100,1-2-7`), MySQL "
+                             "`uuid:1-100` per source (needs `gtid_mode=ON`); docs/gtid-failover.md")
+
+    @field_validator("gtid")
+    @classmethod
+    def _gtid_set(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        gtid = GtidSet.parse(value)  # ValueError names the wrong part and both accepted forms
+        if gtid.kind == "empty":
+            raise ValueError("an empty GTID set; give the set of transactions to start after, or use "
+                             "startup_mode earliest-offset to read every binlog file the server still has")
+        return str(gtid)
 
     @model_validator(mode="after")
     def _one_form(self) -> SpecificOffset:
+        if self.gtid is not None and (self.file is not None or self.pos is not None):
+            raise ValueError("give either file and pos, or gtid, not both")
         if self.gtid is None and (self.file is None or self.pos is None):
             raise ValueError("give either file and pos, or gtid")
         return self
@@ -35,8 +51,8 @@ class MySqlSourceConfig(SourceConfig):
     username: str = Field(description="the CDC user (needs SELECT, REPLICATION SLAVE, REPLICATION CLIENT)")
     server_id: str = Field(default="5400-5404", description="binlog reader ids, one per concurrent reader "
                            "(`5400` or a range `5400-5404`); unique among the server's replicas")
-    startup_offset: SpecificOffset | None = Field(default=None, description="`{file, pos}` for `specific-offset` "
-                                                  "(a `gtid` start is not supported yet)")
+    startup_offset: SpecificOffset | None = Field(default=None, description="where `specific-offset` starts: "
+                                                  "`{file, pos}` or `{gtid}`")
     startup_timestamp_ms: int | None = Field(default=None, ge=0, description="epoch milliseconds for `timestamp`")
     stream_split_bytes: int = Field(default=16 * 1024 * 1024, gt=0, description="a catch-up batch's binlog "
                                     "slice is read by several tasks (up to `parallelism`, one server id each) "

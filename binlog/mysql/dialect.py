@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, ClassVar
 
 import pyarrow as pa
+import pymysql
 
 from binlog.dialect import ChangeRows, Dialect, SupportsSchemaHistory, SupportsSplitSlices
 from binlog.mysql.change_rows import event_rows_envelope
@@ -24,7 +25,7 @@ from binlog.mysql.connection import Endpoint
 from binlog.mysql.event_rows import EventRows
 from binlog.mysql.fetch import fetch_arrow
 from binlog.mysql.keys import KeyOrder, chunkable, range_predicate, sql_ident, sql_param, sql_table
-from binlog.mysql.positions import SKIP_COST, BinlogOffset, ChangePosition, byte_cuts
+from binlog.mysql.positions import SKIP_COST, BinlogOffset, ChangePosition, GtidSet, byte_cuts
 from binlog.mysql.reader import BinlogReaderOptions, MySqlBinlogReader
 from binlog.mysql.server import (
     ServerIdRange,
@@ -32,13 +33,17 @@ from binlog.mysql.server import (
     binary_logs,
     check_server,
     current_offset,
+    flavor,
     low_watermark,
+    require_gtids,
+    server_identity,
 )
+from binlog.mysql.stream import locate_gtid
 from binlog.mysql.timestamps import offset_at
 from binlog.mysql.types import CONNECTOR, load_table_schema
 from cdc.model.config import SourceConfig
 from cdc.model.envelope import source_block
-from cdc.model.errors import ConfigError, SchemaChanged
+from cdc.model.errors import ConfigError, InvalidBinlogPosition, SchemaChanged
 from cdc.model.events import ChangeEvent
 from cdc.model.history import Behavior, HistoryStore, SchemaHistory, project_rows, with_schema
 from cdc.model.schema import Column, TableId, TableSchema
@@ -113,14 +118,51 @@ class MySqlDialect(Dialect, SupportsSplitSlices, SupportsSchemaHistory, MySqlSou
             return BinlogOffset(binary_logs(conn)[0], 4)
         if s.startup_mode == "specific-offset":
             assert s.startup_offset is not None
-            if s.startup_offset.file is None or s.startup_offset.pos is None:
-                raise ConfigError("source.startup_offset: a GTID start is not supported yet; give file and pos",
-                                  key="source.startup_offset")
+            if s.startup_offset.gtid is not None:
+                return self.gtid_offset(conn, s.startup_offset.gtid)
+            assert s.startup_offset.file is not None and s.startup_offset.pos is not None
             return BinlogOffset(s.startup_offset.file, s.startup_offset.pos)
         if s.startup_mode == "timestamp":
             assert s.startup_timestamp_ms is not None
             return offset_at(self.settings, self.reader_ids()[0], s.startup_timestamp_ms)
         return None
+
+    def gtid_offset(self, conn: Any, gtid: str, attempts: int = 3) -> BinlogOffset:
+        """The offset right after the transactions of the GTID set ``gtid`` (driver; opens a
+        replication connection with the first reader id).
+
+        Raises:
+            ConfigError: the set is in the other flavor's form, or names transactions the server
+                has not executed (``source.startup_offset.gtid``).
+            BinlogNotConfigured: MySQL with ``gtid_mode`` off.
+            InvalidBinlogPosition: the server no longer has the binlog after the set (purged).
+        """
+        key = "source.startup_offset.gtid"
+        require_gtids(conn, key)
+        want, now = GtidSet.parse(gtid), current_offset(conn)
+        have = GtidSet.parse(now.gtid or "")
+        kind = flavor(conn)
+        if want.kind != kind:
+            raise ConfigError(f"{key}: {gtid!r} is a {want.kind} GTID set, but the server is {kind}; write "
+                              f"the server's form ({'domain-server-seq' if kind == 'mariadb' else 'uuid:1-100'})",
+                              key=key, value=gtid)
+        if not want.issubset(have):
+            raise ConfigError(f"{key}: the server has not executed every transaction of {gtid!r} (its GTIDs: "
+                              f"{have or '(none)'}); give a set up to its gtid_binlog_pos / gtid_executed",
+                              key=key, value=gtid)
+        if want.compare(have) == 0:
+            return BinlogOffset(now.file, now.pos, str(want), now.server)
+        try:
+            at = locate_gtid(self.settings, self.reader_ids()[0], str(want), kind == "mariadb")
+        except pymysql.err.OperationalError as exc:
+            raise InvalidBinlogPosition(f"{key}: the server cannot stream from after {gtid!r}: {exc.args[-1]} "
+                                        "(its binlog from there was purged?)", position=gtid) from None
+        if at is None:  # the server moved between the two reads: find it again
+            if attempts <= 1:
+                raise InvalidBinlogPosition(f"{key}: the server kept moving while finding {gtid!r}; retry",
+                                            position=gtid)
+            return self.gtid_offset(conn, gtid, attempts - 1)
+        return BinlogOffset(at.file, at.pos, str(want), server_identity(conn))
 
     def offset_from_dict(self, data: dict[str, Any]) -> BinlogOffset:
         return BinlogOffset.from_dict(data)
@@ -134,7 +176,10 @@ class MySqlDialect(Dialect, SupportsSplitSlices, SupportsSchemaHistory, MySqlSou
         # A short slice in one file stays whole without asking the server for its file sizes.
         if parts < 2 or (start.file == end.file and end.pos - start.pos < 2 * min_bytes):
             return []
-        return byte_cuts(start, end, binary_log_sizes(connection()), parts, min_bytes, SKIP_COST)
+        conn = connection()
+        if any(b.server not in (None, server_identity(conn)) for b in (start, end)):
+            return []  # a slice of another server (a failover): one reader finds it here by GTID
+        return byte_cuts(start, end, binary_log_sizes(conn), parts, min_bytes, SKIP_COST)
 
     # --- executors ------------------------------------------------------------------------
 
@@ -212,6 +257,15 @@ class MySqlLogReader:
             SchemaChanged: a change was written under other columns than the job's schema of its
                 table (DDL during the table's snapshot, which is not followed yet).
         """
+        here = self.reader.server_identity()
+        for bound in (start, end):
+            if bound.server not in (None, here):
+                raise InvalidBinlogPosition(
+                    f"a snapshot chunk's log range {start}..{end} was read on server {bound.server}, and "
+                    f"the source is now server {here} (a failover while the chunk was in flight): its "
+                    "backfill compares binlog positions of one server. Point the job back at the old "
+                    "server until its snapshot finishes, or take a new snapshot (a new checkpoint, state "
+                    "directory and sink path)", position=str(bound), server=here)
         names = {t: list(s.column_names) for t, s in self.schemas.items()}
         for change in self.reader.read(start, end):
             image = change.after if change.after is not None else change.before

@@ -55,7 +55,7 @@ from binlog.mysql.connection import Endpoint
 from binlog.mysql.convert import RowConverter
 from binlog.mysql.ddl import TableDdl, is_ddl, parse_ddl
 from binlog.mysql.event_rows import EventRows
-from binlog.mysql.positions import BinlogOffset, ChangePosition
+from binlog.mysql.positions import BinlogOffset, ChangePosition, GtidSet
 from binlog.mysql.server import (
     MAX_SERVER_ID,
     REPLICATION_SLAVE,
@@ -69,8 +69,10 @@ from binlog.mysql.server import (
     low_watermark,
     missing_privilege,
     purged,
+    require_gtids,
+    server_identity,
 )
-from binlog.mysql.stream import BinlogStream, StreamLost, open_library_stream
+from binlog.mysql.stream import BinlogStream, StreamLost, locate_gtid, open_library_stream
 from binlog.mysql.types import load_table_schema
 from cdc.model.errors import (
     BinlogNotConfigured,
@@ -158,6 +160,8 @@ class MySqlBinlogReader:
         self._tables = frozenset(config.tables)
         self._conn: Any = None
         self._flavor: str | None = None
+        self._server: str | None = None  # the server's identity (server_identity)
+        self._found: dict[tuple[str | None, str, int], BinlogOffset] = {}  # offsets found by GTID
         self._stream: BinlogStream | None = None
         self._converters: dict[tuple[TableId, int], RowConverter] = {}  # by schema version
         self.history = SchemaHistory(config.history, config.behavior)
@@ -230,15 +234,24 @@ class MySqlBinlogReader:
         wanted = self._tables if tables is None else frozenset(tables)
         if not wanted <= self._tables:
             raise ValueError(f"tables {sorted(map(str, wanted - self._tables))} are not configured")
-        if end.is_before(start):
-            raise ValueError(f"slice end {end} is before its start {start}")
-        return self._read(start, end, wanted, walk, decode_from) if start.is_before(end) else iter(())
+        if start.same_server(end):  # else ordered once both are found on this server (_read)
+            if end.is_before(start):
+                raise ValueError(f"slice end {end} is before its start {start}")
+            if not start.is_before(end):
+                return iter(())
+        return self._read(start, end, wanted, walk, decode_from)
 
     def _read(self, start: BinlogOffset, end: BinlogOffset, wanted: frozenset[TableId],
               walk: Walk[T], decode_from: BinlogOffset | None) -> Iterator[T]:
         finished, resumes = False, 0
-        first = start if decode_from is None else decode_from
         try:
+            start, end = self.local(start), self.local(end)
+            if end.is_before(start):
+                raise ValueError(f"slice end {end} is before its start {start} on this server")
+            if not start.is_before(end):
+                finished = True
+                return
+            first = start if decode_from is None else decode_from
             stream = self._stream_at(start)
             deadline = time.monotonic() + self.config.end_wait_timeout
             while True:
@@ -265,6 +278,78 @@ class MySqlBinlogReader:
         finally:
             if not finished:
                 self._drop_stream()
+
+    def server_identity(self) -> str:
+        """The identity of the server this reader reads (``server_identity``)."""
+        self._connection()
+        assert self._server is not None
+        return self._server
+
+    def local(self, offset: BinlogOffset) -> BinlogOffset:
+        """``offset`` in this server's binlog: itself, or, when it was read on another server (a
+        failover: its server differs, or its file is gone and its origin unknown), the position
+        after the same GTID set here.
+
+        Raises:
+            InvalidBinlogPosition: the offset belongs to another server and cannot be found here:
+                no GTID set recorded, this server lacks some of its transactions or has diverged,
+                or a schema change was recorded before the failover.
+            BinlogNotConfigured: this server is MySQL with gtid_mode off.
+        """
+        here = self.server_identity()
+        if offset.server == here:
+            return offset
+        if offset.server is None and (offset.gtid is None or offset.file in binary_logs(self._connection())):
+            return offset  # of unknown origin, and its file is here: read it as this server's
+        key = (offset.server, offset.file, offset.pos)
+        if key not in self._found:
+            self._found[key] = self._find_by_gtid(offset, here)
+        return self._found[key]
+
+    def _find_by_gtid(self, offset: BinlogOffset, here: str) -> BinlogOffset:
+        address = self.config.connection.address
+        if not offset.gtid:
+            raise InvalidBinlogPosition(
+                f"binlog offset {offset} was read on server {offset.server or '(unknown)'}, but "
+                f"{address} is server {here} (a failover?), and the offset has no GTID set to find "
+                "it here: GTIDs were off, or it is a snapshot chunk's low watermark. Point the job back "
+                "at the server the checkpoint was made on, or take a new snapshot (a new checkpoint, "
+                "state directory and sink path) with GTIDs on", position=str(offset), server=here)
+        self._refuse_recorded_ddl(offset)
+        self._drop_stream()  # the GTID dump registers this reader's server id
+        conn = self._connection()
+        require_gtids(conn, "resuming the checkpoint on another server")
+        want = GtidSet.parse(offset.gtid)
+        for _ in range(3):
+            now = current_offset(conn)
+            order = want.compare(GtidSet.parse(now.gtid or ""))
+            if order is None or order > 0:
+                raise _not_here(offset, now, address)
+            found: BinlogOffset | None = now
+            if order < 0:
+                try:
+                    found = locate_gtid(self.config.connection, self.config.server_id, str(want),
+                                        self._flavor == "mariadb", self.config.read_timeout)
+                except pymysql.err.OperationalError as exc:
+                    if exc.args and exc.args[0] == _ER_MASTER_FATAL_ERROR_READING_BINLOG:
+                        raise _not_here(offset, now, address, str(exc.args[1])) from None
+                    raise
+            if found is not None:
+                log.warning("resuming by GTID: binlog offset %s of server %s is %s:%s on server %s (%s)",
+                            offset, offset.server or "(unknown)", found.file, found.pos, here, address)
+                return BinlogOffset(found.file, found.pos, str(want), here)
+        raise InvalidBinlogPosition(f"{address} kept moving while finding GTID set {offset.gtid} in its "
+                                    "binlog; retry", position=str(offset))
+
+    def _refuse_recorded_ddl(self, offset: BinlogOffset) -> None:
+        """Schema versions are keyed by positions of the server they were read on: refuse to move
+        a history with versions after the first to another server."""
+        changed = sorted(str(t) for t in self._tables if len(self.history.versions(t)) > 1)
+        if changed:
+            raise InvalidBinlogPosition(
+                f"cannot resume {offset} on another server by GTID: the schema history of "
+                f"{', '.join(changed)} holds DDL keyed by the old server's binlog positions. Take a new "
+                "snapshot (a new checkpoint, state directory and sink path)", position=str(offset))
 
     def _stream_at(self, start: BinlogOffset) -> BinlogStream:
         if self._stream is not None and self._skip_to(self._stream, start):
@@ -324,6 +409,7 @@ class MySqlBinlogReader:
             if self.config.check_server:
                 check_server(self._conn)
             self._flavor = flavor(self._conn)
+            self._server = server_identity(self._conn)
         return self._conn
 
     def _drop_stream(self) -> None:
@@ -436,6 +522,23 @@ class MySqlBinlogReader:
             f"{end}, and did not grow to it within {self.config.end_wait_timeout:.0f}s. The end "
             "must be a position the server reported (SHOW MASTER STATUS); was the server "
             "restored or failed over?", position=str(at), end=str(end))
+
+
+def _not_here(offset: BinlogOffset, now: BinlogOffset, address: str, detail: str = "") -> InvalidBinlogPosition:
+    want, have = GtidSet.parse(offset.gtid or ""), GtidSet.parse(now.gtid or "")
+    if want.kind != have.kind and have.kind != "empty":
+        why = f"its GTID set {want} is in {want.kind}'s form, and this server's ({have}) in {have.kind}'s"
+    elif not want.issubset(have):
+        why = (f"this server's binlog holds GTIDs {have}, which lack some of {want}: it is behind the "
+               "checkpoint (a replica promoted before it had applied everything the job read; those "
+               "transactions are lost on it but may be in the sinks), or it has diverged")
+    else:
+        why = f"the server cannot start after {want}: {detail} (purged binlogs, or a diverged history)"
+    return InvalidBinlogPosition(
+        f"cannot resume binlog offset {offset} of server {offset.server or '(unknown)'} on {address} "
+        f"(server {now.server}): {why}. Point the job at a server that has every transaction of the "
+        "checkpoint, or take a new snapshot (a new checkpoint, state directory and sink path)",
+        position=str(offset), gtid=str(want), server_gtid=str(have))
 
 
 def _schema_changed(schema: TableSchema, names: tuple[str | None, ...],

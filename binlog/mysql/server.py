@@ -167,19 +167,50 @@ def current_offset(conn: Any) -> BinlogOffset:
         BinlogNotConfigured: binary logging is off.
         MissingPrivilege: the user lacks REPLICATION CLIENT (BINLOG MONITOR).
     """
+    server = server_identity(conn)
     if flavor(conn) == "mysql":
         row = _binary_log_status(conn)
         gtid = str(row[4]).replace("\n", "") if len(row) > 4 and row[4] else None
-        return BinlogOffset(str(row[0]), int(row[1]), gtid)
+        return BinlogOffset(str(row[0]), int(row[1]), gtid, server)
     for _ in range(3):
         # Both reads of @@gtid_binlog_pos agree when no transaction was written between them,
         # so the position belongs to exactly that GTID state.
         before = _scalar(conn, "SELECT @@GLOBAL.gtid_binlog_pos")
         row = _binary_log_status(conn, "SHOW MASTER STATUS")
         if before == _scalar(conn, "SELECT @@GLOBAL.gtid_binlog_pos"):
-            return BinlogOffset(str(row[0]), int(row[1]), before or None)
+            return BinlogOffset(str(row[0]), int(row[1]), before or None, server)
     gtid = _scalar(conn, "SELECT BINLOG_GTID_POS(%s, %s)", (row[0], row[1]))
-    return BinlogOffset(str(row[0]), int(row[1]), gtid or None)
+    return BinlogOffset(str(row[0]), int(row[1]), gtid or None, server)
+
+
+def server_identity(conn: Any) -> str:
+    """The identity of the server whose binlog positions ``conn`` reads: MySQL's
+    ``@@server_uuid``, MariaDB's ``@@server_id`` (unique within a replication topology).
+    Asked each time: a connection that reconnects (``ping``) may reach another server behind
+    the same address after a failover."""
+    sql = "SELECT @@server_id" if flavor(conn) == "mariadb" else "SELECT @@server_uuid"
+    return str(_scalar(conn, sql))
+
+
+def require_gtids(conn: Any, key: str) -> None:
+    """Check that the server records GTIDs (MySQL: ``gtid_mode=ON``; MariaDB always does).
+
+    Args:
+        conn: a connection to the server.
+        key: the config key that asked for a GTID (named in the error).
+
+    Raises:
+        BinlogNotConfigured: MySQL with ``gtid_mode`` other than ON.
+    """
+    if flavor(conn) == "mariadb":
+        return
+    mode = str(_scalar(conn, "SELECT @@GLOBAL.gtid_mode") or "OFF").upper()
+    if mode != "ON":
+        raise BinlogNotConfigured(
+            f"{key} needs GTIDs, but gtid_mode is {mode} on {_address(conn)}. Set gtid_mode=ON and "
+            "enforce_gtid_consistency=ON under [mysqld] in my.cnf (online: step gtid_mode through "
+            "OFF_PERMISSIVE and ON_PERMISSIVE with SET GLOBAL), or start from a file and position",
+            variable="gtid_mode", value=mode, expected="ON", address=_address(conn))
 
 
 def low_watermark(conn: Any) -> BinlogOffset:
@@ -210,6 +241,7 @@ def low_watermark(conn: Any) -> BinlogOffset:
     """
     if flavor(conn) == "mysql":
         return current_offset(conn)
+    server = server_identity(conn)
     with conn.cursor() as cur:
         cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
         try:
@@ -220,7 +252,7 @@ def low_watermark(conn: Any) -> BinlogOffset:
     file = status.get("binlog_snapshot_file")
     if not file:
         raise _binlog_off(conn)
-    return BinlogOffset(str(file), int(status["binlog_snapshot_position"]))
+    return BinlogOffset(str(file), int(status["binlog_snapshot_position"]), server=server)
 
 
 def binary_logs(conn: Any) -> list[str]:

@@ -115,6 +115,56 @@ def open_library_stream(connection: Endpoint, server_id: int,
     )
 
 
+def locate_gtid(connection: Endpoint, server_id: int, gtid: str, mariadb: bool,
+                read_timeout: float = 60.0) -> BinlogOffset | None:
+    """Where the first transaction after the GTID set ``gtid`` starts in this server's binlog.
+
+    The server finds it: a GTID dump (MariaDB ``@slave_connect_state``, MySQL
+    ``COM_BINLOG_DUMP_GTID``) sends only the transactions not in the set, so the first GTID event
+    it sends starts there. Runs where the caller runs (a replication connection, non-blocking).
+
+    Args:
+        connection: server and CDC user.
+        server_id: the replica id to register with (no other reader may use it meanwhile).
+        gtid: the set, in the server's own form.
+        mariadb: the server is MariaDB.
+        read_timeout: socket read timeout in seconds.
+
+    Returns:
+        The position (the transaction's GTID event), or None when no transaction follows the set
+        (the server stands exactly at it, or lacks some of it: the caller checks).
+
+    Raises:
+        pymysql.err.OperationalError: the server cannot start there (1236: the set is not in its
+            binlog, purged or diverged).
+    """
+    def connect(**settings: Any) -> pymysql.connections.Connection:
+        if "db" in settings:
+            settings["database"] = settings.pop("db")
+        return _DumpConnection(annotate_rows=False, **settings)
+
+    lib = BinLogStreamReader(
+        connection_settings={
+            "host": connection.host, "port": connection.port, "user": connection.user,
+            "password": connection.password, "charset": "utf8mb4",
+            "connect_timeout": connection.connect_timeout, "read_timeout": read_timeout,
+        },
+        server_id=server_id, blocking=False, auto_position=gtid, is_mariadb=mariadb,
+        only_events=[RotateEvent, GtidEvent, MariadbGtidEvent], enable_logging=False,
+        pymysql_wrapper=connect, freeze_schema=True)
+    try:
+        file = None
+        for ev in lib:
+            if isinstance(ev, RotateEvent):
+                file = ev.next_binlog
+            elif file is not None:  # the first transaction the server sends
+                return BinlogOffset(file, ev.packet.log_pos - ev.packet.event_size)
+        return None
+    finally:
+        with contextlib.suppress(Exception):
+            lib.close()
+
+
 class _DumpConnection(Connection):
     """A connection that asks MariaDB for Annotate_rows events (and shares the TLS context).
 

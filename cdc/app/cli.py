@@ -69,12 +69,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     from cdc.app.config import load_config
-    from cdc.app.runner import JobRunner, check_supported
+    from cdc.app.runner import JobRunner
     from cdc.app.validate import render_report, source_report
 
     try:
         config = load_config(args.config)
-        check_supported(config)
     except ConfigError as exc:
         return _fail(exc, args.config)
     if args.check_connection:

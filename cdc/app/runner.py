@@ -90,19 +90,6 @@ def path_exists(path: str) -> bool:
     return bool(fs.get_file_info(base).type != pafs.FileType.NotFound)
 
 
-def check_supported(config: JobConfig) -> None:
-    """Refuse settings that validate but are not implemented yet.
-
-    Raises:
-        ConfigError: names the setting and what to use instead.
-    """
-    s = config.source
-    offset = getattr(s, "startup_offset", None)
-    if s.startup_mode == "specific-offset" and offset is not None and getattr(offset, "file", "") is None:
-        raise ConfigError("source.startup_offset: a GTID start is not supported yet; give file and pos",
-                          key="source.startup_offset")
-
-
 def source_identity(config: JobConfig, schemas: dict[TableId, TableSchema]) -> dict[str, Any]:
     """What ``source.json`` records: the server, the table patterns and the databases captured."""
     s = config.source
@@ -235,11 +222,10 @@ class JobRunner:
 
         Raises:
             CdcError: SourceUnreachable, AuthenticationFailed, MissingPrivilege,
-                BinlogNotConfigured, ConfigError (no table matched, unsupported setting) or
+                BinlogNotConfigured, ConfigError (no table matched) or
                 NoChunkKey; each message names the fix.
         """
         if self._schemas is None:
-            check_supported(self.config)
             self._schemas = table_schemas(self.dialect)
         return self._schemas
 

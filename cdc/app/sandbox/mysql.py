@@ -68,6 +68,7 @@ class Sandbox:
     cdc: Endpoint
     flavor: str  # "mariadb" or "mysql"
     _stop: Any = field(default=None, repr=False)
+    pid: int | None = None  # the local server's process id (None in a container)
 
     def stop(self) -> None:
         if self._stop is not None:
@@ -123,11 +124,16 @@ class MariaDbSandbox:
     Args:
         extra_args: more ``mariadbd`` options, e.g. ``["--default-time-zone=+05:30"]``.
         base_dir: where to create the datadir (a fresh temp dir by default; removed on stop).
+        cdc_user: the CDC user of a primary, for a replica: it arrives through replication, and
+            creating it here would write GTIDs of the replica's own. None (the default) creates
+            a CDC user.
     """
 
-    def __init__(self, extra_args: list[str] | None = None, base_dir: str | None = None) -> None:
+    def __init__(self, extra_args: list[str] | None = None, base_dir: str | None = None,
+                 cdc_user: Endpoint | None = None) -> None:
         self.extra_args = list(extra_args or [])
         self.base_dir = base_dir
+        self.cdc_user = cdc_user
 
     @staticmethod
     def binaries() -> tuple[str, str]:
@@ -186,12 +192,15 @@ class MariaDbSandbox:
         admin = Endpoint("127.0.0.1", port, "root", "")
         try:
             _wait_ready(admin, proc, err, timeout)
-            cdc = _create_cdc_user(admin, f"cdc-{uuid.uuid4().hex[:16]}")
+            if self.cdc_user is not None:
+                cdc = Endpoint(admin.host, port, self.cdc_user.user, self.cdc_user.password)
+            else:
+                cdc = _create_cdc_user(admin, f"cdc-{uuid.uuid4().hex[:16]}")
         except BaseException:
             stop()
             raise
         log.info("started mariadbd on 127.0.0.1:%d (datadir %s)", port, datadir)
-        return Sandbox(admin=admin, cdc=cdc, flavor="mariadb", _stop=stop)
+        return Sandbox(admin=admin, cdc=cdc, flavor="mariadb", _stop=stop, pid=proc.pid)
 
 
 class ContainerSandbox:
