@@ -242,6 +242,24 @@ def test_kafka_messages_follow_each_ddl_with_the_tables_schema_at_the_change(
     assert after[101]["qty"] == 5_000_000_000
     assert after[103] == {"id": 103, "name": None, "qty": 3, "old": None, "note": "renamed", "title": "d"}
 
+    # the schema change topic `<prefix>`: one event per DDL, Debezium's key and value, published once
+    sql(mysql_server, database, "INSERT INTO t (id, title, qty, note) VALUES (104, 'e', 4, 'later')")
+    p.run()  # more rows under the last version: no event again
+    events = [json.loads(r.value) for r in read_topic(kafka_broker.bootstrap_servers, prefix) if r.value]
+    assert [e["payload"]["ddl"] for e in events] == [statement for statement, _ in DDL_STEPS]
+    first = events[0]["payload"]
+    assert first["databaseName"] == database and first["source"]["table"] == "t"
+    assert first["source"]["file"].startswith("mysql-bin.") and first["source"]["pos"] > 0
+    change = first["tableChanges"][0]
+    assert (change["type"], change["id"]) == ("ALTER", f'"{database}"."t"')
+    assert change["table"]["primaryKeyColumnNames"] == ["id"]
+    assert [(c["name"], c["typeName"], c["jdbcType"]) for c in change["table"]["columns"]] == [
+        ("id", "INT", 4), ("name", "VARCHAR", 12), ("qty", "INT", 4), ("old", "VARCHAR", 12), ("note", "VARCHAR", 12)]
+    last = events[-1]["payload"]["tableChanges"][0]["table"]["columns"]
+    assert [c["name"] for c in last] == ["id", "title", "qty", "note"], "the source table, not the sink schema"
+    assert [c["typeName"] for c in last][2] == "BIGINT"
+    assert events[0]["schema"]["name"] == "io.debezium.connector.mysql.SchemaChangeValue"
+
 
 def test_exception_stops_at_the_ddl_naming_it(pipeline: Pipeline, mysql_server: Sandbox, database: str) -> None:
     p = pipeline

@@ -45,7 +45,15 @@ from cdc.model.config import SourceConfig
 from cdc.model.envelope import source_block
 from cdc.model.errors import ConfigError, InvalidBinlogPosition, SchemaChanged
 from cdc.model.events import ChangeEvent
-from cdc.model.history import Behavior, HistoryStore, SchemaHistory, project_rows, with_schema
+from cdc.model.history import (
+    Behavior,
+    HistoryStore,
+    SchemaChange,
+    SchemaHistory,
+    SchemaVersion,
+    project_rows,
+    with_schema,
+)
 from cdc.model.schema import Column, TableId, TableSchema
 from chunking.chunks import KeyValue, SnapshotSplit
 from chunking.splitter import select_chunk_key
@@ -313,8 +321,21 @@ class MySqlLogReader:
                 sink = history.sink_schema(table, version)
                 if sink is not source:
                     rows = project_rows(rows, sink)
-                yield ChangeRows(table, with_schema(rows, sink, version),
+                change = self._schema_change(table, history.versions(table)[version], first)
+                yield ChangeRows(table, with_schema(rows, sink, version, change),
                                  ChangePosition(first.file, first.pos, first.first_row).sort_key())
+
+
+    def _schema_change(self, table: TableId, version: SchemaVersion, first: EventRows) -> SchemaChange | None:
+        """The DDL that made ``version`` (None for version 0), its source block at the statement;
+        ``ts_ms`` is the first change's under it (the history keeps no time per statement)."""
+        if version.version == 0 or version.ddl is None:
+            return None
+        file, _, pos = version.position.rpartition(":")
+        source = source_block(CONNECTOR, self.dialect.mysql.name, table, first.ts_ms, "false",
+                              {"server_id": first.server_id, "file": file, "pos": int(pos), "row": 0,
+                               "query": version.ddl})
+        return SchemaChange(version.version, version.ddl, source, version.schema)
 
 
 class MySqlSplitQueries:

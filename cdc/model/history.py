@@ -41,6 +41,7 @@ BEGINNING: SortKey = (-1,)
 # keys of the Arrow schema metadata that carries the sink schema with a table's change rows
 SCHEMA_METADATA = b"spark_cdc.schema"
 VERSION_METADATA = b"spark_cdc.schema_version"
+CHANGE_METADATA = b"spark_cdc.schema_change"
 
 
 @dataclass(frozen=True)
@@ -251,13 +252,48 @@ def _project_struct(column: pa.Array, target: pa.Schema) -> pa.Array:
     return pa.StructArray.from_arrays(children, fields=list(target), mask=column.is_null())
 
 
-def with_schema(rows: pa.Table, sink: TableSchema, version: int) -> pa.Table:
+def with_schema(rows: pa.Table, sink: TableSchema, version: int,
+                change: SchemaChange | None = None) -> pa.Table:
     """``rows`` tagged with the sink schema they have and the source version they were written
-    under (Arrow schema metadata, which survives filters and slices)."""
+    under (Arrow schema metadata, which survives filters and slices), and with the DDL that made
+    that version (for sinks that publish schema changes)."""
     meta = dict(rows.schema.metadata or {})
     meta[SCHEMA_METADATA] = json.dumps(schema_to_dict(sink)).encode()
     meta[VERSION_METADATA] = str(version).encode()
+    if change is not None:
+        meta[CHANGE_METADATA] = json.dumps(change.to_dict()).encode()
     return rows.replace_schema_metadata(meta)
+
+
+@dataclass(frozen=True)
+class SchemaChange:
+    """The DDL that made a schema version, as a sink publishes it.
+
+    Attributes:
+        version: the version it made.
+        ddl: the statement.
+        source: the statement's Debezium ``source`` block (built by the dialect).
+        schema: the source table after it (not the sink schema).
+    """
+
+    version: int
+    ddl: str
+    source: dict[str, Any]
+    schema: TableSchema
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": self.version, "ddl": self.ddl, "source": self.source,
+                "schema": schema_to_dict(self.schema)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SchemaChange:
+        return cls(int(d["version"]), str(d["ddl"]), dict(d["source"]), schema_from_dict(d["schema"]))
+
+
+def tagged_change(rows: pa.Table | pa.Schema) -> SchemaChange | None:
+    """The DDL :func:`with_schema` put on ``rows``; None for rows of version 0 or untagged."""
+    meta = (rows if isinstance(rows, pa.Schema) else rows.schema).metadata or {}
+    return SchemaChange.from_dict(json.loads(meta[CHANGE_METADATA])) if CHANGE_METADATA in meta else None
 
 
 def tagged_schema(rows: pa.Table | pa.Schema) -> tuple[TableSchema, int] | None:

@@ -39,6 +39,10 @@ class KafkaSinkConfig(SinkConfig):
     producer: dict[str, str] = Field(default_factory=dict, repr=False, description="more librdkafka "
                                      "producer (and admin/consumer) settings, e.g. `security.protocol`, "
                                      "`sasl.*`, `message.max.bytes`; use `${ENV_VAR}` for secrets")
+    include_schema_changes: bool = Field(default=True, description="publish each DDL on a captured table "
+                                         "to the schema change topic `<topic_prefix>` (Debezium's "
+                                         "`include.schema.changes`: `ddl` and `tableChanges`), in the "
+                                         "transaction of the first batch with a change under it")
     control_topic: str = Field(default="", description="the compacted topic recording the batches "
                                "each job committed (default `<topic_prefix>.__spark_cdc_commits`)")
     staging_path: str = Field(default="", description="a folder the executors and the driver all see "
@@ -91,6 +95,10 @@ class KafkaSinkConfig(SinkConfig):
     def topic(self, table_id: TableId) -> str:
         """``<topic_prefix>.<db>.<table>``, characters Kafka refuses replaced by ``_`` (as Debezium)."""
         return _TOPIC_CHARS.sub("_", f"{self.topic_prefix}.{table_id.db}.{table_id.table}")
+
+    def schema_changes_topic(self) -> str:
+        """Debezium's schema change topic: ``<topic_prefix>``."""
+        return _TOPIC_CHARS.sub("_", self.topic_prefix)
 
     def commits_topic(self) -> str:
         """The control topic of committed batches."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
@@ -77,8 +78,9 @@ def ensure_topics(admin: AdminClient, config: KafkaSinkConfig, topics: list[str]
         existing = set(admin.list_topics(timeout=config.connect_timeout_s).topics)
     except KafkaException as exc:
         raise unreachable(config, exc) from None
-    control = config.commits_topic()
-    wanted = [NewTopic(t, num_partitions=config.partitions, replication_factor=config.replication_factor)
+    control, schema_changes = config.commits_topic(), config.schema_changes_topic()
+    wanted = [NewTopic(t, num_partitions=1 if t == schema_changes else config.partitions,
+                       replication_factor=config.replication_factor)  # schema changes: one order
               for t in topics if t not in existing]
     if control not in existing:
         wanted.append(NewTopic(control, num_partitions=1, replication_factor=config.replication_factor,
@@ -101,8 +103,27 @@ def ensure_topics(admin: AdminClient, config: KafkaSinkConfig, topics: list[str]
                 topic=topic) from None
 
 
+@dataclass(frozen=True)
+class LastCommit:
+    """What the control topic records of a job's newest committed batch.
+
+    Attributes:
+        batch: its id (-1: none).
+        schema_versions: per table, the newest schema version whose change event is published.
+    """
+
+    batch: int = -1
+    schema_versions: dict[str, int] = field(default_factory=dict)
+
+
 def last_committed_batch(config: KafkaSinkConfig, job_id: str, timeout: float) -> int:
-    """The newest batch id the control topic records for ``job_id`` (-1 when none).
+    """The newest batch id the control topic records for ``job_id`` (-1 when none); see
+    :func:`last_commit`."""
+    return last_commit(config, job_id, timeout).batch
+
+
+def last_commit(config: KafkaSinkConfig, job_id: str, timeout: float) -> LastCommit:
+    """The control topic's record of ``job_id``'s newest committed batch.
 
     Reads the topic with ``isolation.level=read_committed`` from its start until every partition
     reaches the end the brokers reported when the read began, open transactions included (see
@@ -119,7 +140,7 @@ def last_committed_batch(config: KafkaSinkConfig, job_id: str, timeout: float) -
         "enable.partition.eof": True, "auto.offset.reset": "earliest", "log_level": 3,
         "fetch.wait.max.ms": 50,
     })
-    last = -1
+    last = LastCommit()
     try:
         meta = consumer.list_topics(topic, timeout=timeout)
         partitions = sorted(meta.topics[topic].partitions) if topic in meta.topics else []
@@ -147,7 +168,7 @@ def last_committed_batch(config: KafkaSinkConfig, job_id: str, timeout: float) -
                     raise KafkaUnreachable(f"cannot read the control topic {topic!r}: {err.str()}",
                                            topic=topic)
                 continue
-            last = max(last, _marker_batch(msg.key(), msg.value(), job_id))
+            last = max(last, _marker(msg.key(), msg.value(), job_id), key=lambda c: c.batch)
             if (msg.offset() or 0) + 1 >= ends.get(msg.partition() or 0, 0):
                 ends.pop(msg.partition() or 0, None)
     except KafkaException as exc:
@@ -180,14 +201,17 @@ def high_watermarks(settings: dict[str, Any], topic: str, partitions: list[int],
         probe.close()
 
 
-def _marker_batch(key: bytes | None, value: bytes | None, job_id: str) -> int:
+def _marker(key: bytes | None, value: bytes | None, job_id: str) -> LastCommit:
     if key is None or value is None or key.decode("utf-8", "replace") != job_id:
-        return -1
+        return LastCommit()
     doc: dict[str, Any] = json.loads(value)
-    return int(doc["batch"])
+    return LastCommit(int(doc["batch"]), {t: int(v) for t, v in doc.get("schema_versions", {}).items()})
 
 
-def marker(job_id: str, batch_id: int, messages: dict[str, int]) -> tuple[bytes, bytes]:
-    """The control record of a batch: key = job id, value = JSON of the batch and its counts."""
-    value = json.dumps({"job": job_id, "batch": batch_id, "messages": messages}, sort_keys=True)
+def marker(job_id: str, batch_id: int, messages: dict[str, int],
+           schema_versions: dict[str, int] | None = None) -> tuple[bytes, bytes]:
+    """The control record of a batch: key = job id, value = JSON of the batch, its counts and
+    the schema versions published so far."""
+    value = json.dumps({"job": job_id, "batch": batch_id, "messages": messages,
+                        "schema_versions": schema_versions or {}}, sort_keys=True)
     return job_id.encode(), value.encode()

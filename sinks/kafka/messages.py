@@ -27,7 +27,7 @@ import pyarrow.fs as pafs
 import pyarrow.ipc as ipc
 
 from cdc.model.debezium.codec import DebeziumFormatError, TableEncoder, record_from_row
-from cdc.model.history import tagged_schema
+from cdc.model.history import tagged_change, tagged_schema
 from cdc.model.schema import TableSchema
 from sinks.base import InvalidChangeBatch, SinkError, SinkWriter, StreamKind
 from sinks.changes import normalize
@@ -95,7 +95,7 @@ class KafkaStageWriter(SinkWriter):
         """Encode and stage ``rows``; rows a dialect tagged with a sink schema (after a DDL,
         :func:`cdc.model.history.with_schema`) are encoded with that schema, so each message's
         Connect schema is the table's at its change, as Debezium's are."""
-        tagged = tagged_schema(rows)
+        tagged, change = tagged_schema(rows), tagged_change(rows)
         if tagged is not None:
             schema = tagged[0]
         batch = normalize(rows, schema)
@@ -111,8 +111,11 @@ class KafkaStageWriter(SinkWriter):
         with fs.open_output_stream(f"{folder}/{name}") as out, \
                 ipc.new_file(out, MESSAGE_SCHEMA, options=_IPC_OPTIONS) as w:
             w.write_table(table)
-        return [{"file": f"{_safe(str(schema.table_id))}/{name}", "messages": table.num_rows,
-                 "rows": batch.num_rows}]
+        staged: dict[str, Any] = {"file": f"{_safe(str(schema.table_id))}/{name}", "messages": table.num_rows,
+                                  "rows": batch.num_rows}
+        if change is not None:  # the driver publishes it once, with the first batch that has it
+            staged["schema_change"] = change.to_dict()
+        return [staged]
 
 
 def _safe(name: str) -> str:

@@ -34,7 +34,9 @@ from typing import Any, ClassVar
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from cdc.model.config import SinkConfig
+from cdc.model.debezium.schema_change import schema_change_message
 from cdc.model.errors import ConfigError
+from cdc.model.history import SchemaChange
 from cdc.model.hooks import NO_HOOKS, Hooks
 from cdc.model.schema import TableId, TableSchema
 from sinks.base import Committed, Sink, SinkError, SinkWriter, TableBatch
@@ -44,7 +46,7 @@ from sinks.kafka.control import (
     admin_client,
     ensure_topics,
     kafka_error,
-    last_committed_batch,
+    last_commit,
     marker,
 )
 from sinks.kafka.messages import (
@@ -87,6 +89,7 @@ class KafkaSink(Sink):
         self.transactional_id = f"spark-cdc-{job_id}"
         self.producer: Producer | None = None
         self.last_batch: int | None = None  # None: unknown, read the control topic first
+        self.schema_versions: dict[str, int] = {}  # per table, the newest version published
         self.topics: set[str] = set()  # topics known to exist
 
     def describe(self) -> str:
@@ -135,8 +138,9 @@ class KafkaSink(Sink):
                 raise ProducerFenced(f"cannot start the transactional producer: {err.str()}") from None
             raise _Retry(err.str() if err is not None else str(exc)) from None
         self.producer = producer
-        self.last_batch = last_committed_batch(
-            self.kafka, self.job_id, self.kafka.connect_timeout_s + self.kafka.transaction_timeout_ms / 1000)
+        last = last_commit(self.kafka, self.job_id,
+                           self.kafka.connect_timeout_s + self.kafka.transaction_timeout_ms / 1000)
+        self.last_batch, self.schema_versions = last.batch, dict(last.schema_versions)
 
     def _producer_settings(self) -> dict[str, Any]:
         settings: dict[str, Any] = {"partitioner": "murmur2_random", "linger.ms": 20,
@@ -168,8 +172,12 @@ class KafkaSink(Sink):
                     self._remove_staged(ordered)
                     return [Committed(str(b.schema.table_id), False, False) for b in ordered]
                 self._ensure_topics(b.schema.table_id for b in ordered)  # a table added mid-run
-                counts = self._transaction(batch_id, ordered)
-                self.last_batch = batch_id
+                changes = self._new_schema_changes(ordered)
+                if changes:
+                    self._ensure_schema_changes_topic()
+                versions = {**self.schema_versions, **{str(c.schema.table_id): c.version for c in changes}}
+                counts = self._transaction(batch_id, ordered, changes, versions)
+                self.last_batch, self.schema_versions = batch_id, versions
                 self._remove_staged(ordered)
                 log.info("kafka: batch %d committed (%s)", batch_id, counts)
                 return [Committed(str(b.schema.table_id), bool(b.snapshot), bool(b.changes)) for b in ordered]
@@ -190,8 +198,29 @@ class KafkaSink(Sink):
             f"{last_error}): check the brokers, then restart the job; the batch is replayed and "
             f"lands exactly once", batch=batch_id)
 
-    def _transaction(self, batch_id: int, tables: list[TableBatch]) -> dict[str, int]:
-        """Produce one batch and its marker in one transaction; commit it."""
+    def _new_schema_changes(self, tables: list[TableBatch]) -> list[SchemaChange]:
+        """The DDLs this batch's rows were the first to be written under, in version order per
+        table (none when ``include_schema_changes`` is off)."""
+        if not self.kafka.include_schema_changes:
+            return []
+        out: dict[tuple[str, int], SchemaChange] = {}
+        for b in tables:
+            for staged in chain(b.snapshot, b.changes):
+                if "schema_change" in staged:
+                    change = SchemaChange.from_dict(staged["schema_change"])
+                    if change.version > self.schema_versions.get(str(b.schema.table_id), 0):
+                        out[str(b.schema.table_id), change.version] = change
+        return [out[k] for k in sorted(out)]
+
+    def _ensure_schema_changes_topic(self) -> None:
+        topic = self.kafka.schema_changes_topic()
+        if topic not in self.topics:
+            ensure_topics(admin_client(self.kafka), self.kafka, [topic])
+            self.topics.add(topic)
+
+    def _transaction(self, batch_id: int, tables: list[TableBatch], schema_changes: list[SchemaChange],
+                     schema_versions: dict[str, int]) -> dict[str, int]:
+        """Produce one batch, its schema change events and its marker in one transaction; commit it."""
         producer = self.producer
         assert producer is not None
         failures: list[tuple[KafkaError, str, bytes | None]] = []
@@ -203,6 +232,14 @@ class KafkaSink(Sink):
         counts: dict[str, int] = {}
         try:
             producer.begin_transaction()
+            for change in schema_changes:  # before the rows written under it, as Debezium orders them
+                key, value = schema_change_message(str(change.source.get("connector", "mysql")), change.schema,
+                                                   change.ddl, change.source,
+                                                   int(time.time() * 1000),
+                                                   schemas_enable=self.kafka.schemas_enable)
+                self._produce(producer, self.kafka.schema_changes_topic(), Message(key, value, "", ""), delivered)
+                log.info("kafka: schema change of %s (version %d) to %s: %s", change.schema.table_id,
+                         change.version, self.kafka.schema_changes_topic(), change.ddl.strip())
             for batch in tables:
                 topic = self.kafka.topic(batch.schema.table_id)
                 n = 0
@@ -210,7 +247,7 @@ class KafkaSink(Sink):
                     self._produce(producer, topic, m, delivered)
                     n += 1
                 counts[topic] = n
-            key, value = marker(self.job_id, batch_id, counts)
+            key, value = marker(self.job_id, batch_id, counts, schema_versions)
             self._produce(producer, self.kafka.commits_topic(), Message(key, value, "", ""), delivered)
             left = producer.flush(self.kafka.commit_timeout_s)
             self._check(failures, batch_id)
