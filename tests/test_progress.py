@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from cdc.app.progress import PROGRESS_FILE, JobTotals, PlainView
 from cdc.app.runner import JobRunner
 from cdc.app.sandbox.mysql import Sandbox
 from cdc.spark.commit import BatchRecord
+from cdc.spark.metrics import OBSERVATION
 from cdc.spark.state import StateStore
 
 LINE = re.compile(r"^batch (\d+): (\d+) changes \(\d+/s\) \| (.*) \| log (\S+) lag (\S+)$")
@@ -111,3 +113,62 @@ def test_totals_count_a_replayed_batch_once_and_survive_a_restart(tmp_path: Path
     assert again.batch == 1 and again.committed_ms == 2000
     assert again.tables["d.t"].to_dict() == {"snapshot_rows": 150, "change_rows": 2, "last_commit_ms": 2000}
     assert again.tables["d.u"].last_commit_ms is None, "a table without rows in a batch keeps its last commit"
+
+
+class _Progress:
+    """A ``StreamingQueryListener`` that keeps every batch's observed ``cdc`` metrics."""
+
+    def __init__(self) -> None:
+        from pyspark.sql.streaming import StreamingQueryListener
+
+        seen: list[dict[str, Any]] = []
+
+        class Listener(StreamingQueryListener):  # type: ignore[misc]
+            def onQueryStarted(self, event: Any) -> None:
+                pass
+
+            def onQueryProgress(self, event: Any) -> None:
+                metrics = event.progress.observedMetrics.get(OBSERVATION)
+                if metrics is not None:
+                    seen.append(metrics.asDict())
+
+            def onQueryIdle(self, event: Any) -> None:
+                pass
+
+            def onQueryTerminated(self, event: Any) -> None:
+                pass
+
+        self.seen, self.listener = seen, Listener()
+
+    def total(self, key: str, expected: int, timeout: float = 30.0) -> int:
+        """The sum of ``key`` over the batches, once it reaches ``expected`` (events arrive on
+        Spark's listener bus, after the run returns) or the timeout passes."""
+        deadline = time.monotonic() + timeout
+        while sum(m[key] for m in self.seen) < expected and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return sum(m[key] for m in self.seen)
+
+
+def test_changes_and_lag_are_in_spark_streaming_progress(spark: Any, mysql_server: Sandbox, database: str,
+                                                          admin: Any, tmp_path: Path) -> None:
+    two_tables(admin)
+    config = config_of(raw_config(mysql_server, database, tmp_path))
+    progress = _Progress()
+    spark.streams.addListener(progress.listener)
+    try:
+        JobRunner(config, spark).run(once=True, view=PlainView())
+        assert progress.total("changes", 290) == 290, progress.seen
+        assert sum(m["snapshot_rows"] for m in progress.seen) == 290
+        assert all(m["log_changes"] == 0 and m["lag_ms"] is None for m in progress.seen), progress.seen
+        progress.seen.clear()
+        with admin.cursor() as cur:
+            cur.execute("INSERT INTO a VALUES (1000, 1), (1001, 1), (1002, 1)")
+            cur.execute("DELETE FROM b WHERE id = 4")
+        before = int(time.time() * 1000)
+        JobRunner(config, spark).run(once=True, view=PlainView())
+        assert progress.total("log_changes", 4) == 4, progress.seen
+        newest = max(m["newest_event_ts_ms"] for m in progress.seen if m["log_changes"])
+        assert before - 5_000 <= newest <= int(time.time() * 1000), "the source's time of the DELETE"
+        assert all(m["lag_ms"] >= 0 for m in progress.seen if m["log_changes"]), progress.seen
+    finally:
+        spark.streams.removeListener(progress.listener)

@@ -51,6 +51,7 @@ from cdc.model.errors import CdcError, ConfigError
 from cdc.model.hooks import NO_HOOKS, Hooks
 from cdc.model.schema import TableId, TableSchema
 from cdc.spark.commit import BatchCommitter, BatchRecord
+from cdc.spark.metrics import observed
 from cdc.spark.source import SourceSpec, bound_source, table_schemas
 from cdc.spark.state import StateStore
 from cdc.spark.visibility import check_visible
@@ -303,7 +304,7 @@ class JobRunner:
     def _start(self, spark: Any, spec: SourceSpec, committer: BatchCommitter, once: bool) -> Any:
         source = bound_source(spec)
         spark.dataSource.register(source)
-        df = spark.readStream.format(source.name()).load()
+        df = observed(spark.readStream.format(source.name()).load())
         stream = df.writeStream.foreachBatch(committer).option("checkpointLocation", self.paths.checkpoint)
         if once:
             stream = stream.trigger(availableNow=True)

@@ -76,8 +76,9 @@ class StreamLayout:
 
     def manifest(self, rows: pa.Table, staged: list[dict[str, Any]]) -> pa.Table:
         """One manifest row for what the sinks staged of ``rows`` (one table's change rows,
-        envelope layout): their first row's op/source/ts_ms, null images, the JSON."""
-        first = rows.slice(0, 1)
+        envelope layout, in log order): their last row's op/source/ts_ms (the newest change, for
+        the lag), null images, the JSON."""
+        first = rows.slice(rows.num_rows - 1, 1)
         images = pa.nulls(1, self.arrow_schema.field("after").type)
         return pa.Table.from_arrays(
             [first["op"], images, images, first["source"], first["ts_ms"], pa.array([json.dumps(staged)])],
