@@ -79,6 +79,14 @@ class MySqlSourceConfig(SourceConfig):
             raise ValueError("startup_mode timestamp needs startup_timestamp_ms")
         return self
 
+    @model_validator(mode="after")
+    def _tls_backend(self) -> MySqlSourceConfig:
+        if self.fetch_backend == "connectorx" and self.ssl_cert is not None:
+            raise ValueError("fetch_backend 'connectorx' cannot present the client certificate ssl_cert asks for "
+                             "(its MySQL URL has no such parameter): use fetch_backend auto or pymysql, or drop "
+                             "ssl_cert and ssl_key")
+        return self
+
 
 def server_id_range(value: str) -> range:
     """Parse ``"5400"`` or ``"5400-5404"`` (inclusive) into a range of server ids.

@@ -88,7 +88,7 @@ class MySqlDialect(Dialect, SupportsSplitSlices, SupportsSchemaHistory, MySqlSou
         """Host, port and credentials (the password resolved from the environment or a file)."""
         s = self.mysql
         return Endpoint(host=s.hostname, port=s.port, user=s.username,
-                                  password=s.resolved_password(), connect_timeout=s.connect_timeout_s)
+                                  password=s.resolved_password(), connect_timeout=s.connect_timeout_s, tls=s.tls)
 
     # --- driver ---------------------------------------------------------------------------
 

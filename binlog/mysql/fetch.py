@@ -35,12 +35,14 @@ import pyarrow as pa
 from binlog.mysql.arrow_columns import ColumnRead, column_reads, select_list
 from binlog.mysql.connection import Endpoint
 from binlog.mysql.fetch_backends import (
+    CONNECTORX_NO_CLIENT_CERT,
     ConnectorXBackend,
     FetchBackend,
     MySQLClientBackend,
     PyMySQLBackend,
 )
 from binlog.mysql.types import quoted_table
+from cdc.model.config import TlsSettings
 from cdc.model.errors import ConfigError
 from cdc.model.schema import Column, TableSchema
 
@@ -88,7 +90,7 @@ def fetch_arrow(
     if batch_rows < 1:
         raise ConfigError(f"batch_rows must be at least 1, got {batch_rows}", batch_rows=batch_rows)
     reads = column_reads(schema)
-    impl = choose_backend(schema, backend)
+    impl = choose_backend(schema, backend, settings.tls)
     sql = select_sql(schema, reads, render_sql(where, params))
     log.debug("reading %s with %s", schema.table_id, impl.name)
     return _batches(impl, settings, schema, sql, reads, batch_rows)
@@ -116,15 +118,23 @@ def available_backends() -> list[str]:
     return [b.name for b in BACKENDS if b.available()]
 
 
-def choose_backend(schema: TableSchema, backend: BackendName = "auto") -> FetchBackend:
+def choose_backend(schema: TableSchema, backend: BackendName = "auto",
+                   tls: TlsSettings | None = None) -> FetchBackend:
     """The backend that reads ``schema``'s table: the named one, or the fastest able one.
 
+    Args:
+        schema: the table.
+        backend: ``auto`` or a backend's name.
+        tls: ``source.ssl_*`` (a backend that cannot connect so is skipped by ``auto``).
+
     Raises:
-        ConfigError: unknown name; the named backend is not installed or cannot read a column.
+        ConfigError: unknown name; the named backend is not installed, cannot read a column, or
+            cannot connect with the TLS settings.
     """
+    tls = tls or TlsSettings()
     if backend == "auto":
         for impl in BACKENDS:
-            if impl.available() and not _unsupported(impl, schema):
+            if impl.available() and impl.supports_tls(tls) and not _unsupported(impl, schema):
                 return impl
         raise AssertionError("pymysql reads every column type")  # pragma: no cover
     impl = _backend_named(backend)
@@ -133,6 +143,7 @@ def choose_backend(schema: TableSchema, backend: BackendName = "auto") -> FetchB
             f"{_OPTION}: backend {backend!r} is not installed ({impl.install_hint}); "
             f"installed: {', '.join(available_backends())}", backend=backend,
         )
+    check_backend_tls(backend, tls)
     unsupported = _unsupported(impl, schema)
     if unsupported:
         names = ", ".join(f"{c.name} ({c.column_type})" for c in unsupported)
@@ -142,6 +153,18 @@ def choose_backend(schema: TableSchema, backend: BackendName = "auto") -> FetchB
             table=str(schema.table_id),
         )
     return impl
+
+
+def check_backend_tls(backend: str, tls: TlsSettings) -> None:
+    """Refuse a named backend that cannot connect as ``source.ssl_*`` asks (driver or executor).
+
+    Raises:
+        ConfigError: it cannot (the message names ``source.fetch_backend`` and the TLS key).
+    """
+    if backend == "auto":
+        return
+    if backend == ConnectorXBackend.name and not ConnectorXBackend().supports_tls(tls):
+        raise ConfigError(CONNECTORX_NO_CLIENT_CERT, key=_OPTION, backend=backend)
 
 
 def _backend_named(name: str) -> FetchBackend:

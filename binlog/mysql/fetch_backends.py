@@ -11,6 +11,10 @@ Each backend runs the already rendered SQL as one statement on a fresh autocommi
   arrives as ``bytes``; Arrow parses the text column by column.
 * :class:`PyMySQLBackend`: pure Python, always installed; pymysql's own value conversions.
 
+TLS (``source.ssl_*``, docs/security.md): pymysql takes :func:`~binlog.mysql.connection.pymysql_tls`;
+mysqlclient ``ssl_mode`` and ``ssl``; connectorx 0.4 its URL's ``ssl-mode`` and ``ssl-ca`` (it has no
+client certificate parameter, so :meth:`FetchBackend.supports_tls` is False when ``ssl_cert`` is set).
+
 Memory: pymysql and mysqlclient hold one batch (unbuffered result sets). connectorx's stream reads
 ahead without back-pressure, so it may hold the whole result: bound it with the chunk's key range.
 """
@@ -25,18 +29,21 @@ import math
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Generator, Iterator
-from typing import ClassVar
+from typing import Any, ClassVar
 from urllib.parse import quote
 
 import pyarrow as pa
 import pymysql
 import pymysql.cursors
+from pymysql.constants import CLIENT
 
 from binlog.mysql.arrow_columns import ColumnRead
-from binlog.mysql.connection import Endpoint
+from binlog.mysql.connection import Endpoint, tls_error
 from binlog.mysql.types import INTEGER_TYPES, STRING_TYPES, quote_ident
+from cdc.model.config import TlsSettings
 from cdc.model.errors import (
     AuthenticationFailed,
+    ConfigError,
     MissingPrivilege,
     SourceUnreachable,
     TableNotFound,
@@ -55,6 +62,7 @@ _ACCESS_DENIED = 1045
 _UNREACHABLE = frozenset({2002, 2003, 2005, 2006, 2013})
 _NO_PRIVILEGE = frozenset({1142, 1143})
 _NO_TABLE = 1146
+_SSL_ERROR = 2026
 _CX_CODE = re.compile(r"ERROR (\d{4})")
 _CX_UNREACHABLE = ("Could not connect", "Connection refused", "timed out waiting for connection")
 
@@ -81,6 +89,10 @@ class FetchBackend(ABC):
 
     def supports(self, column: Column) -> bool:
         """True when this backend reads ``column`` exactly."""
+        return True
+
+    def supports_tls(self, tls: TlsSettings) -> bool:
+        """True when this backend can connect as ``source.ssl_*`` asks."""
         return True
 
     @abstractmethod
@@ -145,7 +157,7 @@ class MySQLClientBackend(FetchBackend):
             conn = _mysql.connect(
                 host=settings.host, port=settings.port, user=settings.user,
                 password=settings.password, charset="utf8mb4", init_command=SESSION_SETUP,
-                connect_timeout=max(1, math.ceil(settings.connect_timeout)),
+                connect_timeout=max(1, math.ceil(settings.connect_timeout)), **mysqlclient_tls(settings.tls),
             )
         try:
             with translated(settings, table):
@@ -155,6 +167,19 @@ class MySQLClientBackend(FetchBackend):
                     yield text_columns(rows, reads)
         finally:
             conn.close()
+
+
+_MYSQL_SSL_MODES = {"disable": "DISABLED", "prefer": "PREFERRED", "require": "REQUIRED",
+                    "verify-ca": "VERIFY_CA", "verify-full": "VERIFY_IDENTITY"}
+
+
+def mysqlclient_tls(tls: TlsSettings) -> dict[str, Any]:
+    """mysqlclient's ``ssl_mode`` and ``ssl`` arguments for ``source.ssl_*`` (``require`` with a CA
+    verifies it, as libpq does). Built against MariaDB Connector/C, mysqlclient maps REQUIRED and
+    above onto MYSQL_OPT_SSL_ENFORCE and VERIFY_* onto MYSQL_OPT_SSL_VERIFY_SERVER_CERT."""
+    mode = "verify-ca" if tls.mode == "require" and tls.verifies else tls.mode
+    files = {k: v for k, v in (("ca", tls.ca), ("cert", tls.cert), ("key", tls.key)) if v is not None}
+    return {"ssl_mode": _MYSQL_SSL_MODES[mode], **({"ssl": files} if files and mode != "disable" else {})}
 
 
 def text_columns(
@@ -188,6 +213,9 @@ class ConnectorXBackend(FetchBackend):
     def supports(self, column: Column) -> bool:
         return column.data_type in _CONNECTORX_TYPES
 
+    def supports_tls(self, tls: TlsSettings) -> bool:
+        return tls.cert is None  # connectorx 0.4's MySQL URL has ssl-mode and ssl-ca, no client certificate
+
     def read(
         self, settings: Endpoint, table: TableId, sql: str,
         reads: tuple[ColumnRead, ...], batch_rows: int,
@@ -218,13 +246,48 @@ def connectorx_uri(settings: Endpoint) -> str:
 
     The password is percent-encoded; the URI must never be logged. ``prefer_socket=false`` keeps
     the TCP identity (``user@127.0.0.1``) the other backends use even when the server is local.
+    TLS: ``ssl-mode`` (DISABLED, PREFERRED, REQUIRED, VERIFY_CA, VERIFY_IDENTITY) and ``ssl-ca``.
+
+    Raises:
+        ConfigError: ``source.ssl_cert`` is set (connectorx cannot present a client certificate).
     """
     host = f"[{settings.host}]" if ":" in settings.host else settings.host
     timeout_ms = max(1, round(settings.connect_timeout * 1000))
     return (
         f"mysql://{quote(settings.user, safe='')}:{quote(settings.password, safe='')}"
         f"@{host}:{settings.port}?prefer_socket=false&tcp_connect_timeout_ms={timeout_ms}"
+        f"{_connectorx_tls(settings)}"
     )
+
+
+def _connectorx_tls(settings: Endpoint) -> str:
+    """The URL's TLS parameters. connectorx's PREFERRED is not opportunistic (it fails against a
+    server without TLS), so ``prefer`` asks for REQUIRED when the server offers TLS, else for none."""
+    tls = settings.tls
+    if tls.cert is not None:
+        raise ConfigError(CONNECTORX_NO_CLIENT_CERT, key="source.fetch_backend")
+    if tls.mode == "prefer":
+        return "&ssl-mode=REQUIRED" if server_offers_tls(settings) else ""
+    mode = "verify-ca" if tls.mode == "require" and tls.verifies else tls.mode
+    ca = f"&ssl-ca={quote(tls.ca, safe='/')}" if tls.ca is not None and tls.verifies else ""
+    return f"&ssl-mode={_MYSQL_SSL_MODES[mode]}{ca}"
+
+
+@functools.lru_cache(maxsize=64)
+def server_offers_tls(settings: Endpoint) -> bool:
+    """True when the server offers TLS (its greeting's CLIENT_SSL flag); asked once per process.
+
+    Raises:
+        AuthenticationFailed, SourceUnreachable: as :meth:`Endpoint.connect`.
+    """
+    with contextlib.closing(settings.connect()) as conn:
+        return bool(getattr(conn, "server_capabilities", 0) & CLIENT.SSL)
+
+
+CONNECTORX_NO_CLIENT_CERT = (
+    "source.fetch_backend: connectorx cannot present the client certificate source.ssl_cert asks for "
+    "(its MySQL URL has no such parameter): use fetch_backend auto (it then picks another backend) or "
+    "pymysql, or drop ssl_cert and ssl_key")
 
 
 @contextlib.contextmanager
@@ -242,6 +305,10 @@ def translated(settings: Endpoint, table: TableId) -> Iterator[None]:
         yield
     except Exception as exc:
         code, text = _error_code(exc)
+        problem = tls_error(settings.tls, text) if code in _UNREACHABLE or code == _SSL_ERROR else None
+        if problem is not None:
+            raise ConfigError(f"TLS to MySQL at {settings.address} failed reading {table}: {problem}",
+                              key=problem.split(":")[0], table=str(table)) from None
         error = _cdc_error(settings, table, code, _scrub(text, settings.password))
         if error is not None:
             raise error from None
@@ -266,6 +333,8 @@ def _error_code(exc: BaseException) -> tuple[int | None, str]:
         return int(match.group(1)), text
     if isinstance(exc, RuntimeError) and any(s in text for s in _CX_UNREACHABLE):
         return 2003, text
+    if isinstance(exc, RuntimeError) and "TlsError" in text:
+        return _SSL_ERROR, text
     return None, text
 
 

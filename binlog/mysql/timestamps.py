@@ -49,7 +49,7 @@ def _stream(settings: Endpoint, server_id: int, file: str, events: list[Any]) ->
     return BinLogStreamReader(
         connection_settings={"host": settings.host, "port": settings.port, "user": settings.user,
                              "password": settings.password, "charset": "utf8mb4",
-                             "connect_timeout": settings.connect_timeout},
+                             "connect_timeout": settings.connect_timeout, **settings.tls_kwargs()},
         server_id=server_id, resume_stream=True, blocking=False, log_file=file, log_pos=4,
         only_events=events, enable_logging=False,
     )

@@ -88,7 +88,8 @@ class PostgresDialect(Dialect, SupportsLogRelease, PostgresSourceReport):
     def settings(self) -> PgSettings:
         """Host, port, database and credentials (the password resolved from env or file)."""
         s = self.postgres
-        return PgSettings(s.hostname, s.port, s.username, s.resolved_password(), s.database, s.connect_timeout_s)
+        return PgSettings(s.hostname, s.port, s.username, s.resolved_password(), s.database, s.connect_timeout_s,
+                          s.tls)
 
     # --- driver ---------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import psycopg
@@ -16,6 +16,7 @@ from psycopg import errors as pgerrors
 
 from binlog.postgres.positions import LsnOffset, format_lsn, parse_lsn
 from binlog.postgres.types import SESSION_SETTINGS, quote_ident, sql_table
+from cdc.model.config import TlsSettings
 from cdc.model.errors import (
     AuthenticationFailed,
     BinlogNotConfigured,
@@ -56,17 +57,31 @@ class PgSettings:
         host: host name or address.
         port: TCP port.
         user: the CDC role.
-        password: its password.
+        password: its password (never in ``repr``).
         database: the captured database.
         connect_timeout: seconds.
+        tls: ``source.ssl_*``; libpq takes them as they are (:meth:`tls_conninfo`).
     """
 
     host: str
     port: int
     user: str
-    password: str
+    password: str = field(repr=False)
     database: str
     connect_timeout: float = 10.0
+    tls: TlsSettings = field(default_factory=TlsSettings)
+
+    def tls_conninfo(self) -> dict[str, str]:
+        """libpq's ``sslmode``, ``sslrootcert``, ``sslcert`` and ``sslkey`` for ``tls``.
+
+        The modes have libpq's names and meaning; with ``sslrootcert`` libpq makes ``require``
+        verify the chain (as ``verify-ca``).
+        """
+        params: dict[str, str] = {"sslmode": self.tls.mode}
+        for key, value in (("sslrootcert", self.tls.ca), ("sslcert", self.tls.cert), ("sslkey", self.tls.key)):
+            if value is not None and self.tls.mode != "disable":
+                params[key] = value
+        return params
 
     def connect(self) -> PgConnection:
         """An autocommit connection with :data:`SESSION_SETTINGS` (driver or executor).
@@ -74,20 +89,25 @@ class PgSettings:
         Raises:
             SourceUnreachable: nothing answers at the address.
             AuthenticationFailed: the server refused the role or password.
+            ConfigError: the TLS handshake failed, or the server refuses this ``ssl_mode`` (the
+                message names the ``source.ssl_*`` key).
         """
         options = " ".join(f"-c {k}={v.replace(' ', '')}" for k, v in SESSION_SETTINGS.items())
         try:
             return PgConnection.connect(host=self.host, port=self.port, user=self.user, password=self.password,
                                         dbname=self.database, autocommit=True, options=options,
                                         connect_timeout=max(1, int(self.connect_timeout)),
-                                        application_name="spark-cdc")
+                                        application_name="spark-cdc", **self.tls_conninfo())  # type: ignore[arg-type]
         except psycopg.OperationalError as exc:
             raise _connect_error(exc, self) from None
 
 
 def _connect_error(exc: psycopg.OperationalError, s: PgSettings) -> CdcError:
-    text = str(exc)
+    text = _scrub(str(exc), s.password)
     where = f"{s.host}:{s.port}"
+    tls = _tls_problem(text, s)
+    if tls is not None:
+        return ConfigError(f"TLS to PostgreSQL at {where} failed: {tls}", key=tls.split(":")[0], address=where)
     if "password authentication failed" in text or "no password supplied" in text or \
             "pg_hba.conf" in text or ("role" in text and "does not exist" in text):
         return AuthenticationFailed(f"PostgreSQL at {where} refused role {s.user!r}: {text.strip()}. Check "
@@ -96,6 +116,36 @@ def _connect_error(exc: psycopg.OperationalError, s: PgSettings) -> CdcError:
         return ConfigError(f"source.database: {s.database!r} does not exist on {where}", key="source.database")
     return SourceUnreachable(f"cannot reach PostgreSQL at {where}: {text.strip()}. Check source.hostname and "
                              "source.port, and that the server listens there", address=where)
+
+
+# libpq messages that mean "TLS failed" (matched lower-case; never the host name alone).
+_TLS_MARKERS = ("ssl error", "ssl syscall error", "ssl connection has been closed", "certificate", "private key",
+                "sslmode value", "ssl negotiation")
+
+
+def _tls_problem(text: str, s: PgSettings) -> str | None:
+    """``"source.<key>: what is wrong"`` when libpq's message is about TLS, else None."""
+    lowered = text.lower()
+    if "no encryption" in lowered and "pg_hba.conf" in lowered:
+        return (f"source.ssl_mode: the server accepts role {s.user!r} only over TLS (pg_hba.conf hostssl), and "
+                f"ssl_mode is {s.tls.mode!r}: set source.ssl_mode to verify-full (with source.ssl_ca) or require")
+    if "certificate verify failed" in lowered:
+        return (f"source.ssl_ca: the server's certificate is not signed by {s.tls.ca or 'a trusted CA'}: give "
+                "the CA that signed it")
+    if "does not match host name" in lowered or "server certificate for" in lowered:
+        return ("source.hostname: the server's certificate does not name this host (ssl_mode verify-full "
+                "checks it): connect by a name the certificate lists, or use ssl_mode verify-ca")
+    if "server does not support ssl" in lowered:
+        return (f"source.ssl_mode: {s.tls.mode!r} needs TLS, but the server does not offer it: turn ssl on in "
+                "postgresql.conf, or set ssl_mode to prefer or disable")
+    if any(marker in lowered for marker in _TLS_MARKERS):
+        return f"source.ssl_mode: the TLS handshake failed ({text.strip()}): check source.ssl_mode, ssl_ca, " \
+               "ssl_cert and ssl_key"
+    return None
+
+
+def _scrub(text: str, password: str) -> str:
+    return text.replace(password, "***") if password else text
 
 
 def flush_lsn(conn: Any) -> LsnOffset:

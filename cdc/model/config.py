@@ -18,6 +18,7 @@ import logging
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -28,6 +29,7 @@ from pydantic import (
     SecretStr,
     SerializeAsAny,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -40,6 +42,8 @@ _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$")
 
 StartupMode = Literal["initial", "snapshot", "latest-offset", "earliest-offset", "specific-offset", "timestamp"]
+SslMode = Literal["disable", "prefer", "require", "verify-ca", "verify-full"]
+_VERIFYING: tuple[SslMode, ...] = ("verify-ca", "verify-full")
 
 
 class ConfigModel(BaseModel):
@@ -84,6 +88,38 @@ class SourceConfig(ConfigModel):
     connect_timeout_s: float = Field(default=10.0, gt=0, description="seconds to wait for a connection")
     name: str = Field(default="cdc", description="the logical source name (Debezium's `topic.prefix`, "
                       "`source.name` in every change)")
+    ssl_mode: SslMode = Field(default="prefer", description="TLS to the server, as libpq names it: `disable`, "
+                              "`prefer` (TLS when the server offers it, unverified), `require` (TLS, unverified; "
+                              "with `ssl_ca`: as `verify-ca`), `verify-ca` (the server's certificate is signed by "
+                              "`ssl_ca`), `verify-full` (... and names `hostname`); docs/security.md")
+    ssl_ca: Path | None = Field(default=None, validate_default=True, description="PEM file of the CA that signed "
+                                "the server's certificate (required by `verify-ca` and `verify-full`)")
+    ssl_cert: Path | None = Field(default=None, description="PEM file of the client certificate, for a user that "
+                                  "must present one (MySQL `REQUIRE X509`, PostgreSQL `cert` auth); with `ssl_key`")
+    ssl_key: Path | None = Field(default=None, validate_default=True, description="PEM file of the client "
+                                 "certificate's private key (unencrypted)")
+
+    @field_validator("ssl_ca")
+    @classmethod
+    def _ssl_ca(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        mode = info.data.get("ssl_mode")
+        if value is None and mode in _VERIFYING:
+            raise ValueError(f"required when ssl_mode is {mode!r}: the PEM file of the CA that signed the "
+                             "server's certificate (or set ssl_mode: require to encrypt without verifying)")
+        return _readable_file(value)
+
+    @field_validator("ssl_cert")
+    @classmethod
+    def _ssl_cert(cls, value: Path | None) -> Path | None:
+        return _readable_file(value)
+
+    @field_validator("ssl_key")
+    @classmethod
+    def _ssl_key(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        if (value is None) != (info.data.get("ssl_cert") is None) and "ssl_cert" in info.data:
+            raise ValueError("ssl_cert and ssl_key go together: give both (the client certificate and its key) "
+                             "or neither")
+        return _readable_file(value)
 
     @field_validator("tables")
     @classmethod
@@ -111,7 +147,15 @@ class SourceConfig(ConfigModel):
             raise ValueError("give password or password_file, not both")
         if self.distribution_factor_lower > self.distribution_factor_upper:
             raise ValueError("distribution_factor_lower must not exceed distribution_factor_upper")
+        if self.ssl_mode == "disable" and (self.ssl_ca or self.ssl_cert):
+            raise ValueError("ssl_mode 'disable' uses no TLS, so ssl_ca/ssl_cert/ssl_key would be ignored: "
+                             "remove them or choose another ssl_mode")
         return self
+
+    @property
+    def tls(self) -> TlsSettings:
+        """The TLS settings as a small picklable value for the drivers (driver or executor)."""
+        return TlsSettings(self.ssl_mode, _text(self.ssl_ca), _text(self.ssl_cert), _text(self.ssl_key))
 
     @property
     def address(self) -> str:
@@ -131,6 +175,42 @@ class SourceConfig(ConfigModel):
             except OSError as exc:
                 raise ConfigError(f"source.password_file: cannot read {self.password_file}: {exc.strerror}") from None
         return ""
+
+
+@dataclass(frozen=True)
+class TlsSettings:
+    """``source.ssl_*`` as the connection code uses them (hashable: a key for cached TLS contexts).
+
+    Attributes:
+        mode: the ``ssl_mode``.
+        ca: the CA file (absolute path) or None.
+        cert: the client certificate file or None.
+        key: its private key file or None.
+    """
+
+    mode: SslMode = "prefer"
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+
+    @property
+    def verifies(self) -> bool:
+        """True when the server's certificate is checked against ``ca`` (``require`` with a CA too)."""
+        return self.mode in _VERIFYING or (self.mode == "require" and self.ca is not None)
+
+
+def _readable_file(path: Path | None) -> Path | None:
+    if path is None:
+        return None
+    if not path.is_file():
+        raise ValueError(f"{str(path)!r} is not a file (give the path of a PEM file)")
+    if not os.access(path, os.R_OK):
+        raise ValueError(f"{str(path)!r} is not readable by this user")
+    return path.resolve()
+
+
+def _text(path: Path | None) -> str | None:
+    return None if path is None else str(path)
 
 
 SchemaChangeBehavior = Literal["evolve", "try_evolve", "lenient", "ignore", "exception"]

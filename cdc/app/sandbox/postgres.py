@@ -150,17 +150,29 @@ def _owner() -> tuple[int, int] | None:
     return entry.pw_uid, entry.pw_gid
 
 
+@dataclass(frozen=True)
+class ServerTls:
+    """PEM files for a sandbox server's TLS: the CA it trusts, its certificate and key."""
+
+    ca: Path
+    cert: Path
+    key: Path
+
+
 def start_postgres(timeout: float = 60.0, base_dir: str | None = None,
-                   settings: dict[str, str] | None = None) -> PostgresSandbox:
+                   settings: dict[str, str] | None = None, tls: ServerTls | None = None,
+                   hba_lines: list[str] | None = None) -> PostgresSandbox:
     """Start a PostgreSQL sandbox (retried on a new port if another process took it first).
-    ``settings`` override :data:`SERVER_SETTINGS` (e.g. a server that is not configured for CDC).
+    ``settings`` override :data:`SERVER_SETTINGS` (e.g. a server that is not configured for CDC);
+    ``tls`` turns ``ssl`` on with those files (copied into the server's folder); ``hba_lines`` go
+    before initdb's pg_hba.conf rules (the first matching line wins).
 
     Raises:
         SandboxError: the server could not be started (the message says what to install).
     """
     for attempt in range(1, 4):
         try:
-            return _start_once(timeout, base_dir, settings or {})
+            return _start_once(timeout, base_dir, settings or {}, tls, hba_lines or [])
         except SandboxError as exc:
             if attempt == 3:
                 raise
@@ -168,7 +180,8 @@ def start_postgres(timeout: float = 60.0, base_dir: str | None = None,
     raise AssertionError("unreachable")
 
 
-def _start_once(timeout: float, base_dir: str | None, overrides: dict[str, str]) -> PostgresSandbox:
+def _start_once(timeout: float, base_dir: str | None, overrides: dict[str, str], tls: ServerTls | None,
+                hba_lines: list[str]) -> PostgresSandbox:
     bindir = binaries()
     root = Path(tempfile.mkdtemp(prefix="spark-cdc-postgres-", dir=base_dir))
     owner = _owner()
@@ -191,8 +204,13 @@ def _start_once(timeout: float, base_dir: str | None, overrides: dict[str, str])
     if init.returncode != 0:
         shutil.rmtree(root, ignore_errors=True)
         raise SandboxError(f"initdb failed:\n{init.stdout[-1500:]}{init.stderr[-1500:]}")
+    if hba_lines:
+        hba = data / "pg_hba.conf"
+        hba.write_text("\n".join(hba_lines) + "\n" + hba.read_text())
+    tls_settings = _install_tls(tls, root / "tls", owner) if tls is not None else {}
     port = free_port()
-    settings = {**SERVER_SETTINGS, **overrides, "port": str(port), "unix_socket_directories": str(sockets)}
+    settings = {**SERVER_SETTINGS, **tls_settings, **overrides, "port": str(port),
+                "unix_socket_directories": str(sockets)}
     args = [*prefix, str(bindir / "postgres"), "-D", str(data)]
     for key, value in settings.items():
         args += ["-c", f"{key}={value}"]
@@ -221,6 +239,20 @@ def _start_once(timeout: float, base_dir: str | None, overrides: dict[str, str])
         raise
     log.info("started postgres %s on 127.0.0.1:%d (data %s)", version, port, data)
     return PostgresSandbox(admin=admin, cdc=cdc, version=version, root=root, _stop=stop)
+
+
+def _install_tls(tls: ServerTls, folder: Path, owner: tuple[int, int] | None) -> dict[str, str]:
+    """Copy the server's TLS files where it may read them (its key: owner-only) and return the settings."""
+    folder.mkdir()
+    copies = {name: folder / name for name in ("ca.pem", "server.pem", "server.key")}
+    for source, target in zip((tls.ca, tls.cert, tls.key), copies.values(), strict=True):
+        shutil.copyfile(source, target)
+        target.chmod(0o600)
+    for path in (folder, *copies.values()):
+        if owner is not None:
+            os.chown(path, *owner)
+    return {"ssl": "on", "ssl_ca_file": str(copies["ca.pem"]), "ssl_cert_file": str(copies["server.pem"]),
+            "ssl_key_file": str(copies["server.key"])}
 
 
 def _wait_ready(admin: PgEndpoint, proc: subprocess.Popen[bytes], log_file: Path, timeout: float) -> str:
