@@ -79,13 +79,13 @@ class Pipeline:
     def config(self) -> JobConfig:
         return parse_config(self.raw_config(), warn_plain_password=False)
 
-    def run(self) -> list[BatchRecord]:
+    def run(self, failover: bool = False) -> list[BatchRecord]:
         """One available-now run: everything up to the binlog end at its start, then stop; the
         sinks finish their background work (the mirror catches up) before it returns."""
         if self.started_at is None:
             with contextlib.closing(self.box.admin.connect()) as conn:
                 self.started_at = current_offset(conn)
-        runner = JobRunner(self.config(), self.spark, hooks=self.faults)
+        runner = JobRunner(self.config(), self.spark, hooks=self.faults, failover=failover)
         runner.run(once=True)
         return runner.batches
 

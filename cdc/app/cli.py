@@ -58,7 +58,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return _fail(exc, args.config)
     try:
-        summary = JobRunner(config).run(once=args.once)
+        summary = JobRunner(config, failover=args.failover).run(once=args.once)
     except JobFailed as exc:
         return _fail(exc, code=EXIT_FAILED)
     except CdcError as exc:
@@ -208,6 +208,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", required=True, help="the job's YAML file")
     p.add_argument("--once", action="store_true",
                    help="write everything available now, then exit (else run until SIGINT/SIGTERM)")
+    p.add_argument("--failover", action="store_true",
+                   help="accept a new source.hostname/port for this checkpoint: a promoted replica of "
+                        "the server it was made on (MySQL/MariaDB with GTIDs; offsets are found there "
+                        "by GTID, docs/gtid-failover.md)")
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("status", help="where a job stands: per table phase, chunks, rows, log position, lag")

@@ -98,17 +98,24 @@ def source_identity(config: JobConfig, schemas: dict[TableId, TableSchema]) -> d
             "databases": sorted({t.db for t in schemas})}
 
 
-def claim_checkpoint(store: StateStore, paths: JobPaths, identity: dict[str, Any]) -> str:
+def claim_checkpoint(store: StateStore, paths: JobPaths, identity: dict[str, Any], failover: bool = False) -> str:
     """Check that the checkpoint belongs to this source, record it, and return the query id.
 
     Tables matched by new patterns may join (the planner snapshots them); a different server, or
-    dropping a database the checkpoint captured, is refused.
+    dropping a database the checkpoint captured, is refused. With ``failover`` a new address of
+    the same kind of source is accepted (and recorded): the dialect then finds the checkpoint's
+    offsets on it by GTID, and refuses a server that lacks the checkpoint's transactions.
 
     Raises:
         ConfigError: the checkpoint was made for another source, or its state is missing.
     """
     if store.exists(SOURCE_FILE):
         recorded = store.read_json(SOURCE_FILE)
+        if failover and _moved(recorded, identity):
+            log.warning("--failover: checkpoint %s moves from %s:%s to %s:%s; its offsets are found there "
+                        "by GTID", paths.checkpoint, recorded["hostname"], recorded["port"],
+                        identity["hostname"], identity["port"])
+            recorded = {**recorded, "hostname": identity["hostname"], "port": identity["port"]}
         _same_source(recorded, identity, paths)
         identity = {**identity, "databases": sorted(set(identity["databases"]) | set(recorded["databases"]))}
     elif path_exists(f"{paths.checkpoint}/offsets"):
@@ -123,10 +130,16 @@ def claim_checkpoint(store: StateStore, paths: JobPaths, identity: dict[str, Any
     return str(store.read_json(QUERY_FILE)["query_id"])
 
 
+def _moved(recorded: dict[str, Any], identity: dict[str, Any]) -> bool:
+    """The same kind of source (MySQL/MariaDB: GTIDs can find the offsets) at another address."""
+    return recorded.get("type", "mysql") == identity["type"] == "mysql" and \
+        (recorded["hostname"], recorded["port"]) != (identity["hostname"], identity["port"])
+
+
 def _same_source(recorded: dict[str, Any], identity: dict[str, Any], paths: JobPaths) -> None:
     where = f"{recorded['hostname']}:{recorded['port']}"
-    fix = (f"use a new checkpoint for a new source (or, if it is the same server under another "
-           f"name, edit {paths.state_dir}/{SOURCE_FILE})")
+    fix = (f"use a new checkpoint for a new source (a promoted MySQL/MariaDB replica: run with "
+           f"--failover; the same server under another name: edit {paths.state_dir}/{SOURCE_FILE})")
     if (recorded.get("type", "mysql"), recorded["hostname"], recorded["port"]) != \
             (identity["type"], identity["hostname"], identity["port"]):
         raise ConfigError(f"checkpoint {paths.checkpoint} belongs to source {where}, not "
@@ -207,10 +220,13 @@ class JobRunner:
         config: the validated job file.
         spark: a Spark session to use (default: :func:`job_session`).
         hooks: crash points for tests (nothing in production).
+        failover: accept a new source address for the checkpoint (`run --failover`).
     """
 
-    def __init__(self, config: JobConfig, spark: Any | None = None, hooks: Hooks = NO_HOOKS) -> None:
+    def __init__(self, config: JobConfig, spark: Any | None = None, hooks: Hooks = NO_HOOKS,
+                 failover: bool = False) -> None:
         self.config = config
+        self.failover = failover  # accept a new source address (``run --failover``)
         self.paths = JobPaths.of(config)
         self.spark = spark
         self.hooks = hooks
@@ -261,7 +277,7 @@ class JobRunner:
              view: ProgressView | None) -> RunSummary:
         spark = self.spark if self.spark is not None else job_session(self.config)
         check_visible(spark, {"state_dir": self.paths.state_dir})
-        job_id = claim_checkpoint(store, self.paths, source_identity(self.config, schemas))
+        job_id = claim_checkpoint(store, self.paths, source_identity(self.config, schemas), self.failover)
         sinks = self.open_sinks(job_id, spark, schemas)
         totals = job_totals(store, self.paths)
         committer = BatchCommitter(schemas, sinks, self.hooks, on_commit=totals.add)
