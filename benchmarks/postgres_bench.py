@@ -1,7 +1,7 @@
 """The Postgres source benchmark: TPC-DS ``customer`` from PostgreSQL into Delta, against the limit
 and the peers, in the style of (and with the helpers of) benchmarks/tpcds_customer.py.
 
-Run: ``.venv/bin/python benchmarks/postgres_bench.py [--scale 100] [--quick] [--stream-paths] [--keep]``
+Run: ``.venv/bin/python benchmarks/postgres_bench.py [--scale 100] [--quick] [--stream-paths] [--decoders] [--keep]``
 (``make bench`` runs the default at scale 100). Scale 1 is 100,000 rows, scale 100 is 2,000,000.
 
 Starts a throwaway PostgreSQL (``cdc.app.sandbox.postgres``, ``wal_level=logical``, shared_buffers
@@ -27,7 +27,14 @@ in one run on the same data:
   changelog commit, and to the mirror commit (``pipeline_bench.visibility``);
 * with ``--stream-paths``: the two ways to read the catch-up's backlog from a slot, without Spark:
   ``pg_logical_slot_peek_binary_changes`` (what the job does) and psycopg2's replication connection
-  (``START_REPLICATION ... LOGICAL`` with pgoutput), both decoded by ``binlog/postgres/pgoutput.py``.
+  (``START_REPLICATION ... LOGICAL`` with pgoutput), both decoded by ``binlog/postgres/pgoutput.py``;
+* with ``--decoders``: the column-wise pgoutput decoder (the job's) against the per-row reference
+  (``SPARK_CDC_PG_DECODER=rows``) in the same run: the catch-up runs twice on the same burst (a copy
+  of the job and of its slot, ``pg_copy_logical_replication_slot``, made before the burst; columnar
+  first, so it reads the colder WAL), then, without Spark, the stream task decodes the backlog with
+  each decoder in turn (twice each, alternating, best kept; then once each under cProfile), and the
+  three ways to fetch a peek are timed (text rows, binary rows, ``COPY ... (FORMAT binary)``).
+  Implies ``--stream-paths``.
 
 Prints a table with ratios and writes ``benchmarks/results/postgres-<date>-sf<scale>[-quick].json``.
 The machine is shared: each line notes the load average at its start. Targets (reported, never
@@ -221,12 +228,18 @@ def stream_paths_phase(spec: dict[str, Any]) -> dict[str, Any]:
     out["peek"] = min([first, runs[1]], key=lambda r: r["seconds"])
     out["replication"] = min([runs[0], runs[2]], key=lambda r: r.get("seconds", float("inf")))
     out["stream_task"] = _stream_task(cdc, spec, end)
+    if spec.get("decoders"):
+        out["decoders"] = _decoders(cdc, spec, end)
+        fetched = [_fetch_paths(cdc, spec, end) for _ in range(2)]  # alternating, best kept
+        out["fetch_paths"] = {k: min((f[k] for f in fetched), key=lambda r: r["seconds"]) for k in fetched[0]}
     return out
 
 
-def _stream_task(cdc: PgEndpoint, spec: dict[str, Any], end: LsnOffset) -> dict[str, Any]:
+def _stream_task(cdc: PgEndpoint, spec: dict[str, Any], end: LsnOffset, decoder: str = "columnar",
+                 profile: bool = True) -> dict[str, Any]:
     """The stream task's own work on the backlog, without Spark: the dialect's log reader from the
-    slot's position to ``end`` (peek, pgoutput, values, Arrow change rows), cProfiled."""
+    slot's position to ``end`` (peek, pgoutput, values, Arrow change rows) with ``decoder``,
+    cProfiled if ``profile``."""
     import cProfile
 
     from pipeline_bench import top_functions
@@ -244,14 +257,70 @@ def _stream_task(cdc: PgEndpoint, spec: dict[str, Any], end: LsnOffset) -> dict[
         info = slot_info(conn, spec["slot"])
     assert info is not None and info.confirmed is not None
     prof = cProfile.Profile()
-    started, changes = time.perf_counter(), 0
-    prof.enable()
+    started, changes, load_at_start = time.perf_counter(), 0, load()
+    if profile:
+        prof.enable()
     with dialect.log_reader(0, [schema]) as reader:
+        reader.decoder = decoder
         for rows in reader.change_rows(info.confirmed, end):
             changes += rows.rows.num_rows
     prof.disable()
-    return {"seconds": time.perf_counter() - started, "changes": changes,
-            "profile_tottime": top_functions(prof, "tottime", 12)}
+    out = {"seconds": time.perf_counter() - started, "changes": changes, "decoder": decoder, "load": load_at_start}
+    if profile:
+        out["profile_tottime"] = top_functions(prof, "tottime", 12)
+    return out
+
+
+def _decoders(cdc: PgEndpoint, spec: dict[str, Any], end: LsnOffset) -> dict[str, Any]:
+    """The stream task with each decoder, alternating, twice each (best kept), then once each under
+    cProfile; the peek's fetch alone (binary rows, the columnar decoder's) in between, so that
+    ``decode_share`` = 1 - fetch / task."""
+    runs: dict[str, list[dict[str, Any]]] = {"rows": [], "columnar": []}
+    fetches = []
+    for _ in range(2):
+        for decoder in ("rows", "columnar"):
+            runs[decoder].append(_stream_task(cdc, spec, end, decoder, profile=False))
+        fetches.append(_fetch_paths(cdc, spec, end, ("binary rows",))["binary rows"])
+    fetch = min(f["seconds"] for f in fetches)
+    out: dict[str, Any] = {}
+    for decoder, timed in runs.items():
+        best = min(timed, key=lambda r: r["seconds"])
+        profiled = _stream_task(cdc, spec, end, decoder, profile=True)
+        out[decoder] = {**best, "changes_per_s": round(best["changes"] / best["seconds"]),
+                        "decode_share": round(1 - fetch / best["seconds"], 3),
+                        "profiled_seconds": round(profiled["seconds"], 2), "profile_tottime": profiled["profile_tottime"]}
+    out["fetch_seconds"] = round(fetch, 3)
+    out["columnar_vs_rows"] = round(out["rows"]["seconds"] / out["columnar"]["seconds"], 2)
+    return out
+
+
+def _fetch_paths(cdc: PgEndpoint, spec: dict[str, Any], end: LsnOffset,
+                 paths: tuple[str, ...] = ("text rows", "binary rows", "copy binary")) -> dict[str, Any]:
+    """One peek of the backlog fetched each way, without decoding: rows of ``(lsn::text, data)``
+    in text format (the per-row reader's), rows of ``(lsn int8, data)`` in binary format (the
+    columnar reader's, joined into one buffer), and ``COPY (SELECT ...) TO STDOUT (FORMAT binary)``
+    (one stream of bytes; its framing would still need a pass per row)."""
+    from binlog.postgres.positions import format_lsn
+
+    peek = ("pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, NULL, 'proto_version', '1', "
+            "'publication_names', 'spark_cdc')")
+    args = (spec["slot"], format_lsn(end.lsn))
+    out: dict[str, Any] = {}
+    with contextlib.closing(cdc.connect(spec["database"])) as conn:
+        for path in paths:
+            started, load_at_start = time.perf_counter(), load()
+            if path == "text rows":
+                n = len(conn.execute(f"SELECT lsn::text, data FROM {peek}", args).fetchall())
+            elif path == "binary rows":
+                rows = conn.cursor(binary=True).execute(f"SELECT (lsn - '0/0'::pg_lsn)::int8, data FROM {peek}",
+                                                        args).fetchall()
+                n, _ = len(rows), b"".join(r[1] for r in rows)
+            else:
+                with conn.cursor() as cur, cur.copy(f"COPY (SELECT lsn, data FROM {peek}) TO STDOUT (FORMAT binary)",
+                                                    args) as copy:
+                    n = sum(len(block) for block in copy)  # bytes here, not messages
+            out[path] = {"seconds": time.perf_counter() - started, "count": n, "load": load_at_start}
+    return out
 
 
 def _replication_read(cdc: PgEndpoint, spec: dict[str, Any], messages: int, timeout: float = 600.0) -> dict[str, Any]:
@@ -317,6 +386,22 @@ class PgChildPhase(ChildPhase):
 
 
 # --- parent side ---------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _decoder_env(decoder: str) -> Iterator[None]:
+    """The pgoutput decoder of the children started inside (``binlog.postgres.reader.DECODER_ENV``)."""
+    from binlog.postgres.reader import DECODER_ENV
+
+    before = os.environ.get(DECODER_ENV)
+    os.environ[DECODER_ENV] = decoder
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[DECODER_ENV]
+        else:
+            os.environ[DECODER_ENV] = before
 
 
 def apply_updates(admin: PgEndpoint, t: PgCustomer, updates: int, per_statement: int = 1000) -> tuple[int, float]:
@@ -400,14 +485,15 @@ class Bench:
         self.add(Line(f"Spark JDBC peer p={p} (-> Parquet)", "peer", r["rows"], r["seconds"], started_load, p,
                       child.rss.to_dict()))
 
-    def source(self, cpb: int) -> dict[str, Any]:
+    def source(self, cpb: int, slot: str = SLOT) -> dict[str, Any]:
         c, t = self.table.box.cdc, self.table
         return {"type": "postgres", "hostname": c.host, "port": c.port, "username": c.user, "password": c.password,
                 "database": t.database, "tables": [f"{SCHEMA}\\.{TABLE}"], "chunk_size": self.args.chunk_size,
-                "chunks_per_batch": cpb, "slot_name": SLOT, "startup_mode": "initial"}
+                "chunks_per_batch": cpb, "slot_name": slot, "startup_mode": "initial"}
 
-    def pipeline(self, slug: str, job: Path, p: int, cpb: int, trigger: str = "available-now") -> ChildPhase:
-        spec = {"kind": "pipeline", "parallelism": p, "source": self.source(cpb), "trigger": trigger,
+    def pipeline(self, slug: str, job: Path, p: int, cpb: int, trigger: str = "available-now",
+                 slot: str = SLOT) -> ChildPhase:
+        spec = {"kind": "pipeline", "parallelism": p, "source": self.source(cpb, slot), "trigger": trigger,
                 "state_dir": str(job / "checkpoint_state"), "lake": str(job / "lake"),
                 "checkpoint": str(job / "checkpoint"), "query_id": job.name, "sink": "delta"}
         return ChildPhase(spec, self.work / f"{slug}.log", None)
@@ -430,26 +516,43 @@ class Bench:
         return str(row[0]) if row else "0/0"
 
     def catch_up(self, job: Path, p: int, cpb: int) -> None:
-        if self.args.stream_paths:  # a second slot at the burst's start, for the read-path comparison
-            with contextlib.closing(self.table.box.admin.connect(self.table.database)) as conn:
+        twin = self.work / f"{job.name}-rows"  # --decoders: the same job and slot, for the per-row decoder
+        with contextlib.closing(self.table.box.admin.connect(self.table.database)) as conn:
+            if self.args.stream_paths:  # a second slot at the burst's start, for the read-path comparison
                 conn.execute("SELECT pg_create_logical_replication_slot('bench_paths', 'pgoutput')")
+            if self.args.decoders:
+                shutil.copytree(job, twin)
+                conn.execute("SELECT pg_copy_logical_replication_slot(%s, 'bench_rows')", (SLOT,))
         changed, seconds = apply_updates(self.table.box.admin, self.table, self.args.updates)
         self.facts["burst"] = {"updates": changed, "seconds": round(seconds, 2),
                                "server_rows_per_s": round(changed / seconds)}
         end = self.lsn()
-        started_load, child = load(), self.pipeline(f"catch-up-p{p}", job, p, cpb)
-        r = child.wait()
-        detail = _pipeline_detail(r)
-        detail.update(expected_changes=changed, changes_ok=r["change_rows"] == changed, mirror_drain_s=r.get("drain_s"))
-        self.add(Line(f"stream catch-up p={p} ({changed:,} updates)", "catch-up", r["change_rows"], r["seconds"],
-                      started_load, p, child.rss.to_dict(), detail))
+        runs = [("columnar", job, SLOT)] + ([("rows", twin, "bench_rows")] if self.args.decoders else [])
+        for decoder, j, slot in runs:
+            with _decoder_env(decoder):
+                started_load, child = load(), self.pipeline(f"catch-up-p{p}-{decoder}", j, p, cpb, slot=slot)
+            r = child.wait()
+            detail = _pipeline_detail(r)
+            detail.update(expected_changes=changed, changes_ok=r["change_rows"] == changed,
+                          mirror_drain_s=r.get("drain_s"), decoder=decoder)
+            label = f", {decoder} decoder" if self.args.decoders else ""
+            self.add(Line(f"stream catch-up p={p} ({changed:,} updates{label})", "catch-up", r["change_rows"],
+                          r["seconds"], started_load, p, child.rss.to_dict(), detail))
+        if self.args.decoders:
+            rates = {ln.detail["decoder"]: ln.rate for ln in self.lines if ln.kind == "catch-up"}
+            self.facts["catch_up_columnar_vs_rows"] = round(rates["columnar"] / rates["rows"], 2)
+            print(f"  catch-up, columnar vs per-row decoder: {self.facts['catch_up_columnar_vs_rows']}x", flush=True)
+            with contextlib.closing(self.table.box.admin.connect(self.table.database)) as conn:
+                conn.execute("SELECT pg_drop_replication_slot('bench_rows')")
         if self.args.stream_paths:
             self.stream_paths(end)
 
     def stream_paths(self, end: str) -> None:
         spec = {"kind": "pg_stream_paths", "cdc": asdict(self.table.box.cdc), "database": self.table.database,
-                "slot": "bench_paths", "end": end}
+                "slot": "bench_paths", "end": end, "decoders": self.args.decoders}
         r = PgChildPhase(spec, self.work / "stream-paths.log").wait()
+        if "decoders" in r:
+            self.decoders(r["decoders"], r["fetch_paths"])
         paths = {k: r[k] for k in ("peek", "replication", "stream_task")}
         for v in paths.values():
             if "seconds" in v:
@@ -462,6 +565,18 @@ class Bench:
               f"reader): {json.dumps(shown)}\n{paths['stream_task']['profile_tottime']}", flush=True)
         with contextlib.closing(self.table.box.admin.connect(self.table.database)) as conn:
             conn.execute("SELECT pg_drop_replication_slot('bench_paths')")
+
+    def decoders(self, decoders: dict[str, Any], fetches: dict[str, Any]) -> None:
+        self.facts["decoders"], self.facts["fetch_paths"] = decoders, fetches
+        for name in ("rows", "columnar"):
+            d = decoders[name]
+            print(f"  stream task, {name} decoder, no Spark: {d['changes']:,} changes in {d['seconds']:.2f}s = "
+                  f"{d['changes_per_s']:,}/s, decode share {d['decode_share']:.0%} (fetch alone "
+                  f"{decoders['fetch_seconds']}s)  load {d['load']}\n{d['profile_tottime']}", flush=True)
+        print(f"  stream task, columnar vs per-row: {decoders['columnar_vs_rows']}x", flush=True)
+        print("  peek fetch paths (best of 2): " + "; ".join(
+            f"{k} {v['seconds']:.2f}s ({v['count']:,} {'bytes' if k == 'copy binary' else 'messages'}, load "
+            f"{v['load']})" for k, v in fetches.items()), flush=True)
 
     def latency(self, job: Path, p: int, cpb: int) -> None:
         a = self.args
@@ -521,8 +636,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--jdbc-fetchsize", type=int, default=10_000, help="JDBC fetchsize of the Spark peer")
     p.add_argument("--stream-paths", action="store_true", help="also compare the slot read paths (peek vs "
                    "psycopg2's replication connection) on the catch-up's backlog")
+    p.add_argument("--decoders", action="store_true", help="also compare the columnar pgoutput decoder with the "
+                   "per-row reference: the catch-up twice on the same burst, and the stream task without Spark "
+                   "(implies --stream-paths)")
     p.add_argument("--keep", action="store_true", help="keep the work directory (lakes, checkpoints, logs)")
     args = p.parse_args()
+    args.stream_paths = args.stream_paths or args.decoders
     if args.quick:
         args.updates = min(args.updates, 100_000)
         args.latency_seconds = min(args.latency_seconds, 10.0)

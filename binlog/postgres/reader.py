@@ -6,24 +6,32 @@ so a replayed batch reads the same slice again; the transactions committed in ``
 (by commit LSN) are kept. The slot moves only when the driver releases a committed batch
 (:meth:`PostgresDialect.release`). PostgreSQL serves a slot to one session at a time: readers
 take turns (:func:`~binlog.postgres.server.with_slot`).
+
+The slice is decoded column-wise (:mod:`pgoutput_columnar`, :mod:`change_rows`); the per-row
+decoder below (:meth:`PostgresLogReader.raw_changes`) is the reference it is tested against,
+selected by ``SPARK_CDC_PG_DECODER=rows`` (internal, for benchmarks/postgres_bench.py).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from binlog.dialect import ChangeRows
 from binlog.postgres import pgoutput
+from binlog.postgres.change_rows import column_order, table_rows
 from binlog.postgres.config import PostgresSourceConfig
 from binlog.postgres.pgoutput import UNCHANGED, Begin, Commit, Relation, RowChange, Truncate
+from binlog.postgres.pgoutput_columnar import MessageBlock, scan
 from binlog.postgres.positions import ChangeLsn, LsnOffset, format_lsn
 from binlog.postgres.server import check_start, close_quietly, with_slot
-from binlog.postgres.types import CONNECTOR, quote_ident, sql_table, to_arrow
+from binlog.postgres.types import CONNECTOR, quote_ident, sql_table, to_arrow_rows
 from cdc.model.envelope import envelope_schema, row_type, source_block, source_type
 from cdc.model.errors import SchemaChanged
 from cdc.model.events import ChangeEvent
@@ -32,7 +40,12 @@ from cdc.model.schema import TableId, TableSchema
 log = logging.getLogger(__name__)
 
 STREAM_ROWS = 65_536  # changes turned into Arrow change rows at a time
+# The decoder: "columnar" (the job's), or "rows", the per-row reference kept for tests and for
+# benchmarks/postgres_bench.py's comparison (internal; not a config option).
+DECODER_ENV = "SPARK_CDC_PG_DECODER"
 
+_PEEK_BINARY = ("SELECT (lsn - '0/0'::pg_lsn)::int8, data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, "
+                "NULL, 'proto_version', '1', 'publication_names', %s)")
 _PEEK = ("SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, NULL, "
          "'proto_version', '1', 'publication_names', %s)")
 
@@ -76,6 +89,7 @@ class PostgresLogReader:
         self.config = config
         self.connect = connect
         self.schemas = schemas
+        self.decoder = os.environ.get(DECODER_ENV, "columnar")
         self._conn: Any = None
 
     def __enter__(self) -> PostgresLogReader:
@@ -95,6 +109,13 @@ class PostgresLogReader:
 
     def changes(self, start: LsnOffset, end: LsnOffset) -> Iterator[ChangeEvent]:
         """The changes in ``(start, end]``, one per row, in commit order (key updates whole)."""
+        if self.decoder == "columnar":
+            for table, rows in self._columnar(start, end, split=False):
+                for r in rows.to_pylist():
+                    s = r["source"]
+                    yield ChangeEvent(table, r["op"], r["before"], r["after"],
+                                      ChangeLsn(s["commit_lsn"], s["lsn"], s["row"]), r["ts_ms"], s)
+            return
         pending: list[RawChange] = []
         for raw in self.raw_changes(start, end):
             pending.append(raw)
@@ -107,6 +128,12 @@ class PostgresLogReader:
     def change_rows(self, start: LsnOffset, end: LsnOffset, decode_from: Any | None = None) -> Iterator[ChangeRows]:
         """The same changes as Arrow change rows per table (key updates split), built
         column-wise from up to :data:`STREAM_ROWS` changes at a time."""
+        if self.decoder == "columnar":
+            for table, rows in self._columnar(start, end, split=True):
+                source = rows.column("source").chunk(0)
+                first = (source.field("commit_lsn")[0].as_py(), source.field("row")[0].as_py())
+                yield ChangeRows(table, rows, first)
+            return
         pending: list[RawChange] = []
         for raw in self.raw_changes(start, end):
             pending.append(raw)
@@ -116,7 +143,43 @@ class PostgresLogReader:
         if pending:
             yield from self._rows(pending)
 
-    # --- decoding -------------------------------------------------------------------------
+    # --- decoding, column-wise (pgoutput_columnar, change_rows) ----------------------------
+
+    def _columnar(self, start: LsnOffset, end: LsnOffset, split: bool) -> Iterator[tuple[TableId, pa.Table]]:
+        """The kept changes as change rows per table, :data:`STREAM_ROWS` changes at a time (the
+        tables of each in order of their first change)."""
+        if not start.is_before(end):
+            return
+        d = self.config
+        conn = self.connection()
+        check_start(conn, d.slot, start)
+        block = MessageBlock.from_rows(with_slot(
+            lambda: conn.cursor(binary=True).execute(_PEEK_BINARY, (d.slot, format_lsn(end.lsn),
+                                                                    d.publication_name)).fetchall(),
+            d.slot, d.slot_wait_s))
+        kept = scan(block, start.lsn, end.lsn, lambda rel: TableId(rel.namespace, rel.name) in self.schemas)
+        for relations, lsn in kept.truncates:
+            self._truncated(relations, format_lsn(lsn))
+        tables = [TableId(r.namespace, r.name) for r in kept.relations]
+        ids = {t: i for i, t in enumerate(dict.fromkeys(tables))}
+        table_of = np.array([ids[t] for t in tables] + [-1], np.int64)[kept.version]
+        by_id = list(ids)
+        for lo in range(0, len(kept.messages), STREAM_ROWS):
+            piece = table_of[lo:lo + STREAM_ROWS]
+            _, first = np.unique(piece, return_index=True)
+            for t in piece[np.sort(first)].tolist():
+                table = by_id[t]
+                yield table, table_rows(block, kept, lo + np.flatnonzero(piece == t), self.schemas[table],
+                                        self.config.name, self._current_values, split)
+
+    def _truncated(self, relations: Sequence[Relation], lsn_text: str) -> None:
+        names = [str(TableId(r.namespace, r.name)) for r in relations]
+        mine = [n for n in names if TableId.parse(n) in self.schemas]
+        if mine:  # Debezium's default too (skipped.operations=t): the envelope has no truncate
+            log.warning("TRUNCATE of %s at %s is not captured: the mirror keeps the rows it had",
+                        ", ".join(mine), lsn_text)
+
+    # --- decoding, per row (the reference) ------------------------------------------------
 
     def raw_changes(self, start: LsnOffset, end: LsnOffset) -> Iterator[RawChange]:
         """Decode the slot up to ``end``; keep the changes of transactions committed in
@@ -146,11 +209,7 @@ class PostgresLogReader:
                     yield from self._transaction(relations, begin, msg, txn)
                 begin, txn = None, []
             elif isinstance(msg, Truncate):
-                names = [str(TableId(relations[r].namespace, relations[r].name)) for r in msg.relations if r in relations]
-                mine = [n for n in names if TableId.parse(n) in self.schemas]
-                if mine:  # Debezium's default too (skipped.operations=t): the envelope has no truncate
-                    log.warning("TRUNCATE of %s at %s is not captured: the mirror keeps the rows it had",
-                                ", ".join(mine), lsn_text)
+                self._truncated([relations[r] for r in msg.relations if r in relations], lsn_text)
 
     def _transaction(self, relations: dict[int, Relation], begin: Begin, commit: Commit,
                      txn: list[tuple[RowChange, int]]) -> Iterator[RawChange]:
@@ -162,7 +221,7 @@ class PostgresLogReader:
                 table = TableId(rel.namespace, rel.name)
                 schema = self.schemas[table]
                 names = schema.column_names
-                layout = layouts[msg.relation] = (table, schema, _column_order(rel, schema),
+                layout = layouts[msg.relation] = (table, schema, column_order(rel.columns, schema),
                                                   {names.index(k) for k in schema.primary_key})
             table, schema, order, keys = layout
             old = None if msg.old is None else tuple(msg.old[i] for i in order)
@@ -191,18 +250,23 @@ class PostgresLogReader:
                 raise SchemaChanged(f"table {schema.table_id}: an unchanged TOASTed value arrived without the old "
                                     f"row and the table has no primary key. Run: ALTER TABLE {sql_table(schema.table_id)} "
                                     "REPLICA IDENTITY FULL;", table=str(schema.table_id))
-            names = schema.column_names
-            where = " AND ".join(f"{quote_ident(k)} = %s" for k in schema.primary_key)
-            cols = ", ".join(f"{quote_ident(names[i])}::text" for i in missing)
-            params = [new[names.index(k)] for k in schema.primary_key]
-            row = self.connection().execute(f"SELECT {cols} FROM {sql_table(schema.table_id)} WHERE {where}",
-                                            params).fetchone()
+            row = self._current_values(schema, [new[schema.column_names.index(k)] for k in schema.primary_key],
+                                       missing)
             for j, i in enumerate(missing):
                 out[i] = row[j] if row is not None else None
-            if row is None:
-                log.warning("%s: unchanged TOASTed column(s) of a row deleted since; the next change deletes it",
-                            schema.table_id)
         return tuple(out)
+
+    def _current_values(self, schema: TableSchema, key: list[Any], columns: list[int]) -> list[Any] | None:
+        """The texts of ``columns`` of the row with primary key ``key`` now (None: deleted since)."""
+        names = schema.column_names
+        where = " AND ".join(f"{quote_ident(k)} = %s" for k in schema.primary_key)
+        cols = ", ".join(f"{quote_ident(names[i])}::text" for i in columns)
+        row = self.connection().execute(f"SELECT {cols} FROM {sql_table(schema.table_id)} WHERE {where}",
+                                        key).fetchone()
+        if row is None:
+            log.warning("%s: unchanged TOASTed column(s) of a row deleted since; the next change deletes it",
+                        schema.table_id)
+        return None if row is None else list(row)
 
     # --- Arrow ----------------------------------------------------------------------------
 
@@ -231,16 +295,6 @@ def _by_table(raws: list[RawChange]) -> dict[TableId, list[RawChange]]:
     return out
 
 
-def _column_order(rel: Relation, schema: TableSchema) -> list[int]:
-    if list(rel.columns) == schema.column_names:
-        return list(range(len(rel.columns)))
-    if set(rel.columns) != set(schema.column_names):
-        raise SchemaChanged(f"table {schema.table_id} changed while captured: the log has columns "
-                            f"{list(rel.columns)}, the job {schema.column_names}. Start again with a new checkpoint",
-                            table=str(schema.table_id))
-    return [rel.columns.index(c) for c in schema.column_names]
-
-
 def split_key_changes(raws: Sequence[RawChange], schema: TableSchema) -> list[RawChange]:
     """Each update that changes the primary key as a delete and a create (as Debezium)."""
     keys = [schema.column_names.index(k) for k in schema.primary_key]
@@ -257,7 +311,7 @@ def split_key_changes(raws: Sequence[RawChange], schema: TableSchema) -> list[Ra
 
 def _images(schema: TableSchema, images: list[tuple[Any, ...] | None]) -> pa.Array:
     image = row_type(schema)
-    arrays = [to_arrow(pa.array([None if img is None else img[i] for img in images], pa.string()), col)
+    arrays = [to_arrow_rows(pa.array([None if img is None else img[i] for img in images], pa.string()), col)
               for i, col in enumerate(schema.columns)]
     mask = pa.array([img is None for img in images], pa.bool_())
     return pa.StructArray.from_arrays(arrays, fields=list(image), mask=mask)

@@ -12,12 +12,15 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from binlog.postgres.casts import Kernel, array_kernel, kernel_for
 from cdc.model.errors import TableNotFound
 from cdc.model.schema import Column, TableId, TableSchema
 
@@ -296,8 +299,36 @@ def parse_array(text: str, element: Callable[[str], Any]) -> list[Any]:
 def to_arrow(texts: pa.Array, column: Column) -> pa.Array:
     """A column's text values (Arrow strings, nulls for NULL) as its Arrow type (executor).
 
-    Integers, floats, strings and booleans are converted by Arrow kernels; other types value by
-    value.
+    By Arrow kernels (:mod:`casts`) where a type has one; the values a kernel leaves (``infinity``,
+    BC dates, arrays with quoted elements...) and timetz value by value, as :func:`to_arrow_rows`
+    does.
+    """
+    t = column.arrow
+    if (pa.types.is_string(t) and column.data_type not in ("timetz", "money")) or pa.types.is_integer(t) \
+            or pa.types.is_floating(t) or pa.types.is_boolean(t):
+        return to_arrow_rows(texts, column)
+    if pa.types.is_list(t):
+        element = replace(column, data_type=column.data_type.lstrip("_"), arrow=t.value_type)
+        kernel: Kernel | None = array_kernel(lambda values: to_arrow(values, element))
+    else:
+        kernel = kernel_for(t, column.data_type)
+    if kernel is None:
+        return to_arrow_rows(texts, column)
+    try:
+        values, rest = kernel(texts, t)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # out of range for the type: value by value
+        return to_arrow_rows(texts, column)
+    left = rest.to_numpy(zero_copy_only=False)
+    if not left.any():
+        return values
+    at = np.arange(len(values))  # the kernel's values, and the leftovers after them
+    at[left] = len(values) + np.arange(int(left.sum()))
+    return pa.concat_arrays([values, to_arrow_rows(texts.filter(rest), column)]).take(pa.array(at))
+
+
+def to_arrow_rows(texts: pa.Array, column: Column) -> pa.Array:
+    """:func:`to_arrow` with every type but integers, floats, strings and booleans converted
+    value by value (the reference the kernels are tested against; executor).
     """
     t = column.arrow
     if pa.types.is_string(t) and column.data_type not in ("timetz", "money"):
