@@ -198,17 +198,23 @@ def summarize_progress(progress: list[dict[str, Any]]) -> dict[str, Any]:
             "batch_seconds_median": round(sorted(trigger)[len(trigger) // 2], 2) if trigger else 0.0}
 
 
+def endpoint(d: dict[str, Any]) -> Any:
+    """The sandbox's CDC endpoint from a phase spec (its default TLS settings: the sandbox's)."""
+    from binlog.mysql.connection import Endpoint
+
+    return Endpoint(**{k: v for k, v in d.items() if k != "tls"})
+
+
 def single_phase(spec: dict[str, Any]) -> dict[str, Any]:
     """One ``SELECT ... ORDER BY key`` on one connection, streamed into one Delta commit."""
     from deltalake import write_deltalake
 
-    from binlog.mysql.connection import Endpoint
     from binlog.mysql.fetch import choose_backend, fetch_arrow
     from binlog.mysql.types import load_table_schema, quote_ident
     from cdc.model.schema import TableId
     from sinks.changes import mirror_schema
 
-    cdc = Endpoint(**spec["cdc"])
+    cdc = endpoint(spec["cdc"])
     with contextlib.closing(cdc.connect()) as conn:
         schema = load_table_schema(conn, TableId(spec["database"], spec["table"]))
     target, key = mirror_schema(schema), schema.primary_key[0]
@@ -300,7 +306,6 @@ def binlog_phase(spec: dict[str, Any]) -> dict[str, Any]:
     change rows column-wise, write them as changelog files (as cdc/spark/tasks.py does with the
     Delta sink)."""
     from binlog.mysql.change_rows import event_rows_envelope
-    from binlog.mysql.connection import Endpoint
     from binlog.mysql.dialect import STREAM_ROWS
     from binlog.mysql.positions import BinlogOffset
     from binlog.mysql.reader import BinlogReaderOptions, MySqlBinlogReader
@@ -309,7 +314,7 @@ def binlog_phase(spec: dict[str, Any]) -> dict[str, Any]:
     from sinks.delta.config import DeltaSinkConfig
     from sinks.delta.files import write_change_files
 
-    cdc = Endpoint(**spec["cdc"])
+    cdc = endpoint(spec["cdc"])
     table = TableId(spec["database"], spec["table"])
     with contextlib.closing(cdc.connect()) as conn:
         schema = load_table_schema(conn, table)

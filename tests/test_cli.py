@@ -97,6 +97,13 @@ def test_spark_submit_entry_point_implies_run(tmp_path: Path, capsys: pytest.Cap
     assert "source: Field required" in capsys.readouterr().err
 
 
+def test_readme_benchmark_tables_are_the_results_json() -> None:
+    """README's benchmark tables are generated (benchmarks/readme_tables.py), never typed."""
+    check = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "readme_tables.py"), "--check"],
+                           capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
+
+
 def test_readme_config_reference_matches_the_code() -> None:
     assert config_reference() in (ROOT / "README.md").read_text(), \
         "README.md's Configuration reference is stale: paste `python -m cdc config-reference`"

@@ -1,0 +1,137 @@
+"""README's benchmark tables, generated from the result JSON in ``benchmarks/results/``.
+
+Each table sits between ``<!-- bench:NAME -->`` and ``<!-- /bench:NAME -->`` in README.md and is
+rebuilt from the JSON files listed in :data:`TABLES`, so a number in README is always one a
+benchmark wrote. ``python benchmarks/readme_tables.py`` rewrites README; ``--check`` exits 1 when
+README differs (tests/test_cli.py runs it). After a new run, point :data:`TABLES` at its file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def _load(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((RESULTS / name).read_text())
+    return data
+
+
+def _k(rate: float) -> str:
+    return f"{rate / 1000:,.0f}k"
+
+
+def _line(run: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(ln for ln in run["lines"] if ln["name"].startswith(name))
+
+
+def _snapshot(run: dict[str, Any], parallelism: int) -> dict[str, Any] | None:
+    ours = [ln for ln in run["lines"] if ln["kind"] == "ours" and ln["parallelism"] == parallelism
+            and "upd/s" not in ln["name"] and "backfill_skip" not in ln["name"]]
+    return max(ours, key=lambda ln: ln["rows_per_s"]) if ours else None
+
+
+def tpcds_table(files: list[tuple[str, str]]) -> list[str]:
+    """The snapshot/catch-up/visibility table of ``tpcds_customer.py`` runs, one column per file."""
+    runs = [(label, _load(f)) for label, f in files]
+    rows: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
+        ("raw scan (fastest) / single reader / Spark JDBC p=2 (rows/s)", lambda r: " / ".join([
+            _k(max(ln["rows_per_s"] for ln in r["lines"] if ln["kind"] == "limit")),
+            _k(_line(r, "single reader")["rows_per_s"]), _k(_line(r, "Spark JDBC peer p=2")["rows_per_s"])])),
+        ("snapshot, ours p=2 (mirror + changelog), end to end", lambda r: (
+            f"{_k(r['lines_best']['rows_per_s'])} rows/s ({r['got']['snapshot_vs_limit']:.2f}x raw scan, "
+            f"{r['got']['snapshot_vs_jdbc']:.2f}x JDBC)")),
+        ("snapshot, ours p=1 / Spark JDBC p=1", lambda r: (
+            f"{_k(r['p1']['rows_per_s'])} / {_k(_line(r, 'Spark JDBC peer p=1')['rows_per_s'])}" if r["p1"] else "")),
+        ("snapshot p=2 under 100 updates/s", lambda r: next(
+            (f"{_k(ln['rows_per_s'])} rows/s" for ln in r["lines"] if "upd/s" in ln["name"]), "")),
+        ("binlog catch-up, end to end (changelog and mirror)", lambda r: (
+            f"{_k(r['got']['catch_up_per_s'])} changes/s ({r['burst']['updates']:,} updates)")),
+        ("visibility at 1k changes/s: changelog p50 / p99", lambda r: (
+            f"{r['visibility']['changelog_p50_s']:.1f} s / {r['visibility']['changelog_p99_s']:.1f} s")),
+        ("visibility at 1k changes/s: mirror p50 / p99", lambda r: (
+            f"{r['visibility']['mirror_p50_s']:.1f} s / {r['visibility']['mirror_p99_s']:.1f} s")),
+        ("load average at start / end", lambda r: f"{r['load_average']['start']} / {r['load_average']['end']}"),
+    ]
+    for _, r in runs:
+        r["lines_best"], r["p1"] = _snapshot(r, 2), _snapshot(r, 1)
+    out = ["| measurement | " + " | ".join(f"`{label}` ({r['date']})" for label, r in runs) + " |",
+           "| --- |" + " --- |" * len(runs)]
+    out += [f"| {name} | " + " | ".join(cell(r) for _, r in runs) + " |" for name, cell in rows]
+    return out
+
+
+def peers_table(files: list[tuple[str, str]]) -> list[str]:
+    """Ours against Flink CDC and Debezium (``peers.py`` runs), two lines per file."""
+    out = ["| rows/s (p=2; Debezium p=1) | Flink CDC as shipped / tuned | Debezium as shipped / tuned | ours "
+           "| ours / faster peer | load at start |", "| --- | --- | --- | --- | --- | --- |"]
+    for label, f in files:
+        run = _load(f)
+        for phase, what in (("snapshot", f"snapshot, {run['rows']:,} rows"),
+                            ("catch-up", f"catch-up, {run['burst']['updates']:,} updates")):
+            s = run["summary"][phase]
+            rates = s["rows_per_s"]
+
+            def rate(tool: str, setting: str, rates: dict[str, int] = rates) -> str:
+                key = next((k for k in rates if k.startswith(f"{tool} {setting}")), None)
+                return f"{rates[key]:,}" if key else "not run"
+
+            ours = next(v for k, v in rates.items() if k.startswith("ours"))
+            out.append(f"| `{label}`: {what} | {rate('flink-cdc', 'as shipped')} / {rate('flink-cdc', 'tuned')} "
+                       f"| {rate('debezium', 'as shipped')} / {rate('debezium', 'tuned')} | {ours:,} "
+                       f"| {s['ours_vs_faster_peer']:.2f}x | {run['load_average']['start']} |")
+    return out
+
+
+TABLES: dict[str, tuple[Callable[[list[tuple[str, str]]], list[str]], list[tuple[str, str]]]] = {
+    "tpcds": (tpcds_table, [("make bench", "tpcds_customer-2026-11-22-sf100.json"),
+                            ("--full", "tpcds_customer-2026-11-22-sf100-full.json"),
+                            ("--burst 2000000", "tpcds_customer-2026-11-22-sf100-burst2000000.json")]),
+    "peers": (peers_table, [("--quick", "peers-2026-11-25-sf100-quick.json"),
+                            ("loaded run", "peers-2026-11-25-sf100.json")]),
+}
+
+
+def render(readme: str) -> str:
+    """``readme`` with every marked table rebuilt from its JSON.
+
+    Raises:
+        ValueError: a table's markers are missing.
+    """
+    for name, (build, files) in TABLES.items():
+        pattern = re.compile(rf"(<!-- bench:{name} -->\n).*?(<!-- /bench:{name} -->)", re.S)
+        if not pattern.search(readme):
+            raise ValueError(f"README.md lacks the markers <!-- bench:{name} --> ... <!-- /bench:{name} -->")
+        table = "\n".join(build(files)) + "\n"
+        readme = pattern.sub(lambda m, t=table: m.group(1) + t + m.group(2), readme)
+    return readme
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0] if __doc__ else None)
+    p.add_argument("--check", action="store_true", help="exit 1 when README's tables differ from the JSON")
+    args = p.parse_args()
+    path = ROOT / "README.md"
+    current = path.read_text()
+    wanted = render(current)
+    if args.check:
+        if wanted != current:
+            print("README.md's benchmark tables differ from benchmarks/results: run "
+                  "python benchmarks/readme_tables.py", file=sys.stderr)
+            return 1
+        return 0
+    path.write_text(wanted)
+    print(f"README.md: {len(TABLES)} tables rebuilt from benchmarks/results")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
