@@ -82,9 +82,9 @@ class SourceConfig(ConfigModel):
                                          "(default 16 x parallelism)")
     backfill_skip: bool = Field(default=False, description="read and emit each chunk in one batch, "
                                 "without the watermark merge (Flink CDC's `scan.incremental.snapshot."
-                                "backfill.skip`): faster, but at-least-once during the snapshot (a change "
-                                "made while a chunk is read may reach the changelog twice; the mirror "
-                                "still ends equal)")
+                                "backfill.skip`): at-least-once during the snapshot (a change made while a "
+                                "chunk is read may reach the changelog twice; the mirror still ends equal); "
+                                "not faster here, see README")
     connect_timeout_s: float = Field(default=10.0, gt=0, description="seconds to wait for a connection")
     name: str = Field(default="cdc", description="the logical source name (Debezium's `topic.prefix`, "
                       "`source.name` in every change)")

@@ -204,28 +204,46 @@ def _read_and_emit(items: list[EmitChunk], part: CdcPartition, ctx: TaskContext)
 
     The HW was taken when the batch was planned, so before every SELECT here; the rows hold every
     change up to their LW, and the log from the HW on reaches the sinks through later batches'
-    stream slices (changes between the HW and the SELECT twice: at-least-once).
+    stream slices (changes between the HW and the SELECT twice: at-least-once). The next chunk's
+    SELECT runs in a thread while this one is written (one chunk ahead: memory stays bounded).
 
     Raises:
         CdcError: a chunk's LW lies before the batch's HW (its changes in between could be lost).
     """
     pending = _Pending(ctx)
-    for item in items:
-        table = TableId.parse(item.table)
-        split = SnapshotSplit.from_dict(ctx.store.read_json(StateStore.chunk_path(table, item.split_id)))
-        lw, rows = ctx.dialect.read_chunk(ctx.schemas[table], split)
-        if lw.is_before(part.high_watermark):
-            raise CdcError(f"{split.split_name}: its low watermark {lw} is before the batch's high watermark "
-                           f"{part.high_watermark}; the server's log position went backwards")
-        envelope = snapshot_envelope(ctx.schemas[table], rows,
-                                     ctx.dialect.snapshot_source(table, part.high_watermark, part.ts_ms))
-        ctx.hooks.reached("emit")
-        log.info("read and emitted %s: %d rows (LW %s, no backfill)", split.split_name, rows.num_rows, lw)
-        if ctx.writers:
-            yield from pending.add(ctx.schemas[table], envelope)
-        else:
-            yield from ctx.layout.to_stream(table, envelope).to_batches(max_chunksize=BACKFILL_BATCH * 4)
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="read") as pool:
+        # the next chunk's SELECT (waiting on the server) runs while this one is written
+        ahead = pool.submit(_read_chunk, items[0], ctx) if items else None
+        for i in range(len(items)):
+            assert ahead is not None
+            split, lw, rows = ahead.result()
+            ahead = pool.submit(_read_chunk, items[i + 1], ctx) if i + 1 < len(items) else None
+            yield from _emit_read(split, lw, rows, part, ctx, pending)
     yield from pending.flush()
+
+
+def _read_chunk(item: EmitChunk, ctx: TaskContext) -> tuple[SnapshotSplit, Offset, pa.Table]:
+    table = TableId.parse(item.table)
+    split = SnapshotSplit.from_dict(ctx.store.read_json(StateStore.chunk_path(table, item.split_id)))
+    lw, rows = ctx.dialect.read_chunk(ctx.schemas[table], split)
+    return split, lw, rows
+
+
+def _emit_read(split: SnapshotSplit, lw: Offset, rows: pa.Table, part: CdcPartition, ctx: TaskContext,
+               pending: _Pending) -> Iterator[pa.RecordBatch]:
+    """Emit one chunk read without backfill (see :func:`_read_and_emit`)."""
+    table = split.table_id
+    if lw.is_before(part.high_watermark):
+        raise CdcError(f"{split.split_name}: its low watermark {lw} is before the batch's high watermark "
+                       f"{part.high_watermark}; the server's log position went backwards")
+    envelope = snapshot_envelope(ctx.schemas[table], rows,
+                                 ctx.dialect.snapshot_source(table, part.high_watermark, part.ts_ms))
+    ctx.hooks.reached("emit")
+    log.info("read and emitted %s: %d rows (LW %s, no backfill)", split.split_name, rows.num_rows, lw)
+    if ctx.writers:
+        yield from pending.add(ctx.schemas[table], envelope)
+    else:
+        yield from ctx.layout.to_stream(table, envelope).to_batches(max_chunksize=BACKFILL_BATCH * 4)
 
 
 class _Pending:
