@@ -21,11 +21,9 @@ from faults import InjectedFault
 from pipeline import (
     Pipeline,
     RandomWriter,
-    assert_changelog_exact,
-    assert_mirror_equals_source,
     writing,
 )
-from test_pipeline import create_table
+from test_pipeline import check_all, create_table
 
 from cdc.app.runner import JobFailed
 from cdc.app.sandbox.mysql import Sandbox
@@ -39,12 +37,6 @@ def pipeline(spark: Any, mysql_server: Sandbox, database: str, tmp_path: Path) -
     p.cleanup()
 
 
-def check(p: Pipeline) -> None:
-    for table_id, schema in p.schemas().items():
-        assert_mirror_equals_source(p, table_id.table, schema)
-        assert_changelog_exact(p, table_id.table, schema)
-
-
 def test_snapshot_under_writers_reads_and_emits_each_chunk_in_one_batch(pipeline: Pipeline, admin: Any,
                                                                        mysql_server: Sandbox) -> None:
     create_table(admin)
@@ -55,7 +47,7 @@ def test_snapshot_under_writers_reads_and_emits_each_chunk_in_one_batch(pipeline
     assert writer.statements > 50
     assert first[0].snapshot_rows > 0, "the first batch emits the chunks it reads"
     assert not (pipeline.state_dir / "staged").exists(), "no chunk is staged between batches"
-    check(pipeline)
+    check_all(pipeline)
 
 
 @pytest.mark.parametrize(("point", "after"), [("emit", 1), ("after_sink_commit", 1), ("stream", 0)])
@@ -69,7 +61,7 @@ def test_crash_and_restart_loses_nothing(point: str, after: int, pipeline: Pipel
             pipeline.run()
         pipeline.run()
     pipeline.run()
-    check(pipeline)
+    check_all(pipeline)
 
 
 def test_postgres_snapshot_under_writers_and_a_crash_loses_nothing(spark: Any, postgres_server: PostgresSandbox,
