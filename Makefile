@@ -17,8 +17,12 @@ $(STAMP): pyproject.toml scripts/setup.sh
 demo: setup
 	$(PY) -m cdc demo
 
+# Two pytest workers (each with its own MariaDB, Postgres, Kafka and Spark) keep a 2-core
+# machine busy; TEST_WORKERS=0 runs the suite in one process.
+TEST_WORKERS ?= 2
+
 test: setup lint typecheck
-	$(PY) -m pytest -q --durations=15
+	$(PY) -m pytest -q --durations=15 $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist worksteal)
 
 lint: setup
 	$(VENV)/bin/ruff check .

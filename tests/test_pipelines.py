@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +29,19 @@ def pipeline(spec: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str
     full = {**os.environ, "PYSPARK_PYTHON": sys.executable, **env}
     return subprocess.run([sys.executable, "-m", "cdc", "pipeline", "run", "--spec", str(spec)], cwd=ROOT,
                           env=full, capture_output=True, text=True, timeout=900)
+
+
+def hold_default_connect_port() -> socket.socket | None:
+    """A listener on Spark Connect's default port 15002 (None when something else holds it already):
+    a pipeline run must not need that port, so that two runs on one host do not collide."""
+    sock = socket.socket()
+    try:
+        sock.bind(("127.0.0.1", 15002))
+    except OSError:
+        sock.close()
+        return None
+    sock.listen()
+    return sock
 
 
 def source_rows(admin: Any, table: str) -> list[tuple[Any, ...]]:
@@ -83,7 +97,12 @@ def test_the_example_pipeline_keeps_every_table_equal_to_the_source_across_runs(
     warehouse = example / "pipeline-storage" / "catalog" / "warehouse"
 
     for run in (1, 2):
-        result = pipeline(example / "spark-pipeline.yml", env)
+        held = hold_default_connect_port() if run == 1 else None
+        try:
+            result = pipeline(example / "spark-pipeline.yml", env)
+        finally:
+            if held is not None:
+                held.close()
         assert result.returncode == 0, result.stderr[-4000:]
         assert "Run is COMPLETED" in result.stdout + result.stderr
         for name in TABLES:

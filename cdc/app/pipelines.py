@@ -309,7 +309,6 @@ def run_pipeline(spec_path: str | Path, *, full_refresh_all: bool = False, dry: 
         create_dataflow_graph,
         handle_pipeline_events,
     )
-    from pyspark.sql import SparkSession
 
 
     path = Path(spec_path).resolve()
@@ -324,10 +323,8 @@ def run_pipeline(spec_path: str | Path, *, full_refresh_all: bool = False, dry: 
     storage = storage_dir(location)
     (storage / "catalog").mkdir(parents=True, exist_ok=True)
     with submit_args(pipeline_conf(storage, spark_jars())):
-        builder = SparkSession.builder.remote(master).config("spark.sql.connect.serverStacktrace.enabled", "false")
-        for key, value in spec.configuration.items():
-            builder = builder.config(key, value)
-        spark = builder.getOrCreate()
+        spark = local_connect_session(master, {"spark.sql.connect.serverStacktrace.enabled": "false",
+                                               **spec.configuration})
     try:
         phases: list[list[str] | None] | None = None
         while phases is None or phases:
@@ -342,6 +339,34 @@ def run_pipeline(spec_path: str | Path, *, full_refresh_all: bool = False, dry: 
         raise PipelineFailed(" ".join(str(exc).split("JVM stacktrace:")[0].split())) from None
     finally:
         spark.stop()
+
+
+def local_connect_session(master: str, conf: dict[str, str]) -> Any:
+    """A Spark Connect session on a local Spark Connect server that listens on a free port.
+
+    pyspark's ``SparkSession.builder.remote("local[2]")`` binds the server to port 15002 and
+    connects to ``sc://localhost``, so two pipeline runs on one host (two users, or two tests)
+    collide. Here the server binds an ephemeral port (``spark.connect.grpc.binding.port=0``, as
+    pyspark's own tests do) and the client connects to the port the server reports. Stopping the
+    session stops the server, as pyspark's local mode does (``SPARK_LOCAL_REMOTE``).
+    """
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+    from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
+
+    opts: dict[str, Any] = {**conf, "spark.connect.grpc.binding.port": "0"}
+    with SparkContext._lock:
+        if SparkSession._instantiatedSession is not None:
+            raise ConfigError("a Spark session is already running in this process: a pipeline run starts "
+                              "its own Spark Connect server; run it in a process of its own")
+        os.environ["SPARK_LOCAL_REMOTE"] = "1"
+        RemoteSparkSession._start_connect_server(master, opts)  # leaves the runtime SQL confs in opts
+        classic = SparkSession._instantiatedSession
+        assert classic is not None
+        service = getattr(classic._jvm, "org.apache.spark.sql.connect.service.SparkConnectService$")
+        port = int(getattr(service, "MODULE$").localPort())
+        os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
+        return RemoteSparkSession.builder.remote(f"sc://localhost:{port}").config(map=opts).getOrCreate()
 
 
 class PipelineFailed(CdcError):
