@@ -38,8 +38,9 @@ class ReplicaPair:
     primary: Sandbox
     replica: Sandbox
 
-    def wait_caught_up(self, timeout: float = 30.0) -> str:
-        """Wait until the replica has applied everything the primary logged; its GTID position.
+    def wait_caught_up(self, timeout: float = 30.0, applied: str = "gtid_binlog_pos") -> str:
+        """Wait until the replica has applied everything the primary logged; its GTID position
+        (``applied``: a replica without log_slave_updates logs nothing, its ``gtid_slave_pos`` moves).
 
         Raises:
             AssertionError: not caught up in time, or replication stopped with an error.
@@ -47,14 +48,14 @@ class ReplicaPair:
         want = gtid_binlog_pos(self.primary)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            have = gtid_binlog_pos(self.replica)
+            have = str(_scalar(self.replica, f"SELECT @@GLOBAL.{applied}") or "")
             if have == want:
                 return have
             status = self.slave_status()
             if status.get("Last_SQL_Error") or status.get("Last_IO_Error"):
                 raise AssertionError(f"replication failed: {status}")
             time.sleep(0.05)
-        raise AssertionError(f"replica at {gtid_binlog_pos(self.replica)!r}, primary at {want!r}")
+        raise AssertionError(f"replica's {applied} at {have!r}, primary at {want!r}")
 
     def slave_status(self) -> dict[str, Any]:
         with contextlib.closing(self.replica.admin.connect()) as conn, conn.cursor() as cur:
@@ -76,11 +77,12 @@ class ReplicaPair:
         self.primary.stop()
 
 
-def start_pair() -> ReplicaPair:
-    """Start a primary (server id 1) and a replica (server id 2) following it by GTID."""
+def start_pair(replica_args: tuple[str, ...] = ()) -> ReplicaPair:
+    """Start a primary (server id 1) and a replica (server id 2, with ``replica_args`` last)
+    following it by GTID."""
     primary = MariaDbSandbox(extra_args=[*PAIR_ARGS, "--server-id=1"]).start()
     try:
-        replica = MariaDbSandbox(extra_args=[*PAIR_ARGS, "--server-id=2", "--read-only=OFF"],
+        replica = MariaDbSandbox(extra_args=[*PAIR_ARGS, "--server-id=2", "--read-only=OFF", *replica_args],
                                  cdc_user=primary.cdc).start()
     except BaseException:
         primary.stop()
@@ -92,7 +94,7 @@ def start_pair() -> ReplicaPair:
                         "MASTER_USER=%s, MASTER_PASSWORD=%s, MASTER_USE_GTID=slave_pos, "
                         "MASTER_CONNECT_RETRY=1", (primary.cdc.user, primary.cdc.password))
             cur.execute("START SLAVE")
-        pair.wait_caught_up()
+        pair.wait_caught_up(applied="gtid_slave_pos")  # logged by the replica too unless log_slave_updates=OFF
     except BaseException:
         pair.stop()
         raise
@@ -100,8 +102,8 @@ def start_pair() -> ReplicaPair:
 
 
 @contextlib.contextmanager
-def replica_pair() -> Iterator[ReplicaPair]:
-    pair = start_pair()
+def replica_pair(replica_args: tuple[str, ...] = ()) -> Iterator[ReplicaPair]:
+    pair = start_pair(replica_args)
     try:
         yield pair
     finally:

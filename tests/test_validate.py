@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mariadb_replica import replica_pair
 from test_job import PASSWORD_ENV, raw_config, write_config
 
 from cdc.app.cli import main
@@ -88,7 +89,8 @@ def test_mysql_lists_every_missing_grant_and_setting_with_its_fix(
                             "or it cannot resume)",
     }, out
     for ok in ("REPLICATION CLIENT: granted", f"SELECT on {database}.a: granted", "binlog_format: ROW",
-               "log_bin: ON", "binlog_row_metadata: FULL"):
+               "log_bin: ON", "binlog_row_metadata: FULL", "GTIDs: recorded (gtid_binlog_pos = ",
+               "replica binlog: not a replica"):
         assert f"  ok       {ok}" in out, out
 
     with admin.cursor() as cur:  # what validate printed, as an admin runs it
@@ -97,6 +99,30 @@ def test_mysql_lists_every_missing_grant_and_setting_with_its_fix(
     code, missing, out, errors = validate(path, capsys)
     assert (code, missing, errors) == (0, {}, []), out
     assert "2 table(s)" in out and sorted(p.name for p in tmp_path.iterdir()) == ["job.yaml"]
+
+
+@pytest.mark.slow  # two pairs of MariaDB servers (about 10 s each)
+@pytest.mark.parametrize("log_slave_updates", ["ON", "OFF"])
+def test_a_replica_must_log_the_changes_it_replicates(
+    log_slave_updates: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A job pointed at a replica reads the replica's own binlog: without log_slave_updates it
+    holds none of the primary's changes, and validate says so with the setting to apply."""
+    with replica_pair((f"--log-slave-updates={log_slave_updates}",)) as pair:
+        with contextlib.closing(pair.primary.admin.connect()) as conn, conn.cursor() as cur:
+            cur.execute("CREATE DATABASE shop")
+            cur.execute("CREATE TABLE shop.t (id INT PRIMARY KEY)")
+        pair.wait_caught_up(applied="gtid_slave_pos")
+        monkeypatch.setenv(PASSWORD_ENV, pair.replica.cdc.password)
+        path = write_config(tmp_path / "job.yaml", raw_config(pair.replica, "shop", tmp_path))
+        code, missing, out, errors = validate(path, capsys)
+    if log_slave_updates == "ON":
+        assert (code, missing, errors) == (0, {}, []), out
+        assert "  ok       replica binlog: log_slave_updates = ON" in out, out
+    else:
+        assert code == 2 and missing == {
+            "replica binlog": "in my.cnf [mysqld]: log_slave_updates = ON, then restart the replica"}, out
+        assert "log_slave_updates = OFF: its binlog lacks the replicated changes" in out, out
 
 
 @pytest.fixture

@@ -4,7 +4,9 @@
 validate`` wants the whole list: the CDC user's grants (REPLICATION SLAVE, REPLICATION CLIENT,
 SELECT on each table), the binlog settings (``log_bin``, ``binlog_format=ROW``,
 ``binlog_row_image=FULL``, ``binlog_row_metadata=FULL``) and how long binlogs are kept
-(``binlog_expire_logs_seconds``, or MariaDB's ``expire_logs_days``).
+(``binlog_expire_logs_seconds``, or MariaDB's ``expire_logs_days``), GTIDs (what a restart on a
+promoted replica resumes by, docs/gtid-failover.md), and on a replica ``log_slave_updates``
+(without it the replica's binlog lacks every replicated change).
 
 Runs on the driver, as the CDC user; reads only.
 """
@@ -23,13 +25,16 @@ from binlog.mysql.server import (
     REPLICATION_SLAVE,
     _current_account,
     _global_privileges,
+    _scalar,
     _server_variables,
+    flavor,
 )
 from cdc.model.schema import TableId
 
 MIN_RETENTION_S = 3 * 86400  # shorter, and a job stopped over a weekend cannot resume
 ADVISED_RETENTION_S = 7 * 86400
 _ER_TABLEACCESS_DENIED = 1142
+_ER_SPECIFIC_ACCESS_DENIED = 1227
 
 # (variable, value CDC needs, whether SET GLOBAL can change it)
 _SETTINGS = (("log_bin", "ON", False), ("binlog_format", "ROW", True), ("binlog_row_image", "FULL", True),
@@ -39,8 +44,13 @@ _SETTINGS = (("log_bin", "ON", False), ("binlog_format", "ROW", True), ("binlog_
 class MySqlSourceReport(SupportsSourceReport):
     """The report half of the MySQL dialect (a mixin of :class:`~binlog.mysql.dialect.MySqlDialect`)."""
 
+    mysql: Any  # the dialect's MySqlSourceConfig
+
     def source_report(self, conn: Any, tables: Sequence[TableId]) -> list[SourceFinding]:
-        return [*grant_findings(conn, tables), *setting_findings(conn), retention_finding(conn)]
+        offset = self.mysql.startup_offset if self.mysql.startup_mode == "specific-offset" else None
+        needs_gtid = offset is not None and offset.gtid is not None
+        return [*grant_findings(conn, tables), *setting_findings(conn), retention_finding(conn),
+                gtid_finding(conn, needs_gtid), replica_finding(conn)]
 
 
 def grant_findings(conn: Any, tables: Sequence[TableId]) -> list[SourceFinding]:
@@ -111,3 +121,66 @@ def retention_finding(conn: Any) -> SourceFinding:
     value = ADVISED_RETENTION_S if name == "binlog_expire_logs_seconds" else ADVISED_RETENTION_S // 86400
     return SourceFinding(item, False, found, f"SET GLOBAL {name} = {value}; and in my.cnf [mysqld]: "
                          f"{name} = {value} (longer than the job may ever be stopped, or it cannot resume)")
+
+
+def gtid_finding(conn: Any, required: bool) -> SourceFinding:
+    """Whether the server records GTIDs, which offsets carry so that a restart on a promoted replica
+    resumes where file/pos differ (``run --failover``). MariaDB always does; MySQL with
+    ``gtid_mode=ON``. Missing only when the job starts from a GTID set (``startup_offset.gtid``);
+    otherwise the finding says what is given up."""
+    item = "GTIDs"
+    if flavor(conn) == "mariadb":
+        pos = _scalar(conn, "SELECT @@GLOBAL.gtid_binlog_pos")
+        return SourceFinding(item, True, f"recorded (gtid_binlog_pos = {pos or '(none yet)'})")
+    mode = str(_scalar(conn, "SELECT @@GLOBAL.gtid_mode") or "OFF").upper()
+    if mode == "ON":
+        return SourceFinding(item, True, "recorded (gtid_mode = ON)")
+    if not required:
+        return SourceFinding(item, True, f"gtid_mode = {mode}: offsets hold file/pos only, so a restart "
+                             "on a promoted replica cannot resume (set gtid_mode = ON for that)")
+    return SourceFinding(item, False, f"gtid_mode = {mode}, but source.startup_offset.gtid needs GTIDs",
+                         "in my.cnf [mysqld]: gtid_mode = ON and enforce_gtid_consistency = ON, then restart "
+                         "(online: SET GLOBAL enforce_gtid_consistency = ON; then step gtid_mode through "
+                         "OFF_PERMISSIVE, ON_PERMISSIVE, ON)")
+
+
+def replica_finding(conn: Any) -> SourceFinding:
+    """On a replica, ``log_slave_updates`` (MySQL 8.0.26+: ``log_replica_updates``) must be ON: the
+    replicated transactions are then in its own binlog, which is what the job reads.
+
+    Whether the server is a replica: ``SHOW REPLICA STATUS`` when the user may run it (MariaDB
+    wants SLAVE MONITOR, which the CDC user need not hold), else MariaDB's ``gtid_slave_pos`` (set
+    once the server applied a replicated transaction)."""
+    item = "replica binlog"
+    with conn.cursor() as cur:
+        cur.execute("SHOW GLOBAL VARIABLES WHERE Variable_name IN ('log_slave_updates', 'log_replica_updates')")
+        values = {str(k).lower(): str(v).upper() for k, v in cur.fetchall()}
+    name = "log_replica_updates" if "log_replica_updates" in values else "log_slave_updates"
+    if values.get(name) in ("ON", "1"):
+        return SourceFinding(item, True, f"{name} = ON")
+    replica = _is_replica(conn)
+    if replica is None:
+        return SourceFinding(item, True, f"{name} = {values.get(name, 'OFF')}; if this server is a replica it "
+                             f"needs {name} = ON (SHOW REPLICA STATUS is not allowed to this user)")
+    if not replica:
+        return SourceFinding(item, True, "not a replica")
+    return SourceFinding(item, False, f"a replica with {name} = {values.get(name, 'OFF')}: its binlog lacks "
+                         "the replicated changes", f"in my.cnf [mysqld]: {name} = ON, then restart the replica")
+
+
+def _is_replica(conn: Any) -> bool | None:
+    """Whether the server replicates from another (None: cannot tell)."""
+    for statement in ("SHOW REPLICA STATUS", "SHOW SLAVE STATUS"):
+        try:
+            with conn.cursor() as cur:
+                cur.execute(statement)
+                return cur.fetchone() is not None
+        except pymysql.err.ProgrammingError:  # not known to this version: try the older name
+            continue
+        except pymysql.err.OperationalError as exc:
+            if exc.args and exc.args[0] == _ER_SPECIFIC_ACCESS_DENIED:
+                break
+            raise
+    if flavor(conn) == "mariadb":
+        return bool(_scalar(conn, "SELECT @@GLOBAL.gtid_slave_pos"))
+    return None
