@@ -112,7 +112,9 @@ class KafkaSandbox:
     def _format(self) -> None:
         (self.dir / "server.properties").write_text(self._properties())
         (self.dir / "log4j2.properties").write_text(_LOG4J2.format(log=self.log_file))
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
+        cluster_id = "-"
+        while cluster_id.startswith("-"):  # as Kafka's Uuid.randomUuid: "-..." reads as an option
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
         done = subprocess.run(
             self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c",
                        str(self.dir / "server.properties")),
