@@ -8,7 +8,9 @@ so killing it disturbs no other test. No mocks, no sleeps: waits poll with bound
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import pickle
+import re
 import threading
 import uuid
 from collections import Counter
@@ -32,6 +34,7 @@ from cdc.model.schema import TableId, TableSchema
 from sinks.base import SinkError, TableBatch
 from sinks.kafka.config import KafkaSinkConfig
 from sinks.kafka.control import KafkaUnreachable, TopicCreationRefused, last_committed_batch
+from sinks.kafka.logs import LOGGER_NAME
 from sinks.kafka.messages import MessageTooLarge, encode_rows
 from sinks.kafka.sink import KafkaCommitFailed, KafkaSink, ProducerFenced
 
@@ -276,7 +279,9 @@ class KillBroker:
 
 
 def test_broker_lost_mid_commit_fails_clearly_then_the_replay_lands_once(
-        own_broker: KafkaSandbox, tmp_path: Any) -> None:
+        own_broker: KafkaSandbox, tmp_path: Any, capfd: pytest.CaptureFixture[str],
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger=LOGGER_NAME)
     s = SINGLE_KEY
     c = config(own_broker, tmp_path, commit_timeout_s=3, commit_retries=1, retry_backoff_s=0.2,
                connect_timeout_s=3)
@@ -286,6 +291,13 @@ def test_broker_lost_mid_commit_fails_clearly_then_the_replay_lands_once(
     sink.hooks = KillBroker(own_broker, restart=False)
     with pytest.raises(KafkaCommitFailed, match=r"batch 1 .*bootstrap_servers=.*2 attempts.*exactly once"):
         sink.commit(1, [staged(sink, s, events)])
+    # librdkafka's reconnect failures: through logging as warnings, each kind once, not raw stderr
+    assert "%3|" not in capfd.readouterr().err
+    lines = [r.getMessage() for r in caplog.records if r.name == LOGGER_NAME]
+    assert any("Connect to" in line for line in lines), lines
+    assert all(r.levelno == logging.WARNING for r in caplog.records if r.name == LOGGER_NAME)
+    shapes = [re.sub(r"\d+", "#", line) for line in lines]
+    assert len(shapes) == len(set(shapes)), lines
     own_broker.start()
     again = sink_for(c.model_copy(update={"connect_timeout_s": 30.0}), s)
     assert again.commit(1, [staged(again, s, events)])[0].changes

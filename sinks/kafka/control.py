@@ -21,6 +21,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from sinks.base import SinkError
 from sinks.kafka.config import KafkaSinkConfig
+from sinks.kafka.logs import CLIENT_LOGGING
 
 
 class KafkaUnreachable(SinkError):
@@ -45,7 +46,7 @@ def admin_client(config: KafkaSinkConfig) -> AdminClient:
         KafkaUnreachable: no broker answered within ``connect_timeout_s``.
     """
     try:
-        admin = AdminClient({**config.client_settings(), "log_level": 3})
+        admin = AdminClient({**config.client_settings(), **CLIENT_LOGGING})
     except KafkaException as exc:  # librdkafka names the setting, never its value
         raise SinkError(f"invalid Kafka client settings in the sink's `producer`: {exc}") from None
     try:
@@ -137,7 +138,7 @@ def last_commit(config: KafkaSinkConfig, job_id: str, timeout: float) -> LastCom
     consumer = Consumer({
         **config.client_settings(), "group.id": f"spark-cdc-control-{uuid.uuid4().hex}",
         "enable.auto.commit": False, "isolation.level": "read_committed",
-        "enable.partition.eof": True, "auto.offset.reset": "earliest", "log_level": 3,
+        "enable.partition.eof": True, "auto.offset.reset": "earliest", **CLIENT_LOGGING,
         "fetch.wait.max.ms": 50,
     })
     last = LastCommit()
@@ -189,7 +190,7 @@ def high_watermarks(settings: dict[str, Any], topic: str, partitions: list[int],
     """
     probe = Consumer({**settings, "group.id": f"spark-cdc-probe-{uuid.uuid4().hex}",
                       "isolation.level": "read_uncommitted", "enable.auto.commit": False,
-                      "log_level": 3})
+                      **CLIENT_LOGGING})
     try:
         ends = {}
         for p in partitions:

@@ -49,6 +49,7 @@ from sinks.kafka.control import (
     last_commit,
     marker,
 )
+from sinks.kafka.logs import CLIENT_LOGGING
 from sinks.kafka.messages import (
     KafkaStageWriter,
     Message,
@@ -144,7 +145,7 @@ class KafkaSink(Sink):
 
     def _producer_settings(self) -> dict[str, Any]:
         settings: dict[str, Any] = {"partitioner": "murmur2_random", "linger.ms": 20,
-                                    "log_level": 3, **self.kafka.client_settings()}
+                                    **CLIENT_LOGGING, **self.kafka.client_settings()}
         settings.update({"transactional.id": self.transactional_id, "enable.idempotence": True,
                          "transaction.timeout.ms": self.kafka.transaction_timeout_ms})
         return settings
