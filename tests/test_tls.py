@@ -173,14 +173,19 @@ def _ssl_accepts(box: Sandbox) -> int:
         return int(cur.fetchone()[1])
 
 
-@pytest.mark.parametrize("client_cert", [False, True], ids=["ca", "client-cert"])
-def test_mysql_job_over_verified_tls(client_cert: bool, spark: Any, tls_mariadb: Sandbox, certs: TlsFiles,
-                                     tls_password: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("client_cert", "backend"), [(False, "connectorx"), (True, "mysqlclient"), (True, "pymysql")],
+                         ids=["ca-connectorx", "client-cert-mysqlclient", "client-cert-pymysql"])
+def test_mysql_job_over_verified_tls(client_cert: bool, backend: str, spark: Any, tls_mariadb: Sandbox,
+                                     certs: TlsFiles, tls_password: str, tmp_path: Path) -> None:
+    """The chunk reads go through each fetch backend that can use the TLS settings (connectorx
+    cannot present a client certificate)."""
     database = tls_mariadb.create_database()
     with contextlib.closing(tls_mariadb.admin.connect(database)) as conn, conn.cursor() as cur:
         cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))")
         cur.execute("INSERT INTO t VALUES " + ",".join(f"({i}, 'v{i}')" for i in range(120)))
-    extra = {"ssl_cert": str(certs.client_cert), "ssl_key": str(certs.client_key)} if client_cert else {}
+    extra: dict[str, Any] = {"fetch_backend": backend}
+    if client_cert:
+        extra.update(ssl_cert=str(certs.client_cert), ssl_key=str(certs.client_key))
     user = CERT_USER if client_cert else "cdc"
     config = parse_config(_job(_mysql_source(tls_mariadb, database, certs, user, **extra), tmp_path))
     endpoint = Endpoint("127.0.0.1", tls_mariadb.cdc.port, user, tls_password, tls=config.source.tls)
