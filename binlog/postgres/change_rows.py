@@ -51,8 +51,10 @@ def column_order(columns: tuple[str, ...], schema: TableSchema) -> list[int]:
     if list(columns) == schema.column_names:
         return list(range(len(columns)))
     if set(columns) != set(schema.column_names):
-        raise SchemaChanged(f"table {schema.table_id} changed while captured: the log has columns "
-                            f"{list(columns)}, the job {schema.column_names}. Start again with a new checkpoint",
+        raise SchemaChanged(f"table {schema.table_id}: a change in the log has columns {list(columns)}, but it "
+                            f"is read with {schema.column_names}: the table changed while its snapshot was in "
+                            "flight, which spark-cdc does not follow (DDL after a table's snapshot is followed). "
+                            "Take a new snapshot (a new checkpoint, state directory and sink path)",
                             table=str(schema.table_id))
     return [columns.index(c) for c in schema.column_names]
 

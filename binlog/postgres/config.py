@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from cdc.model.config import SourceConfig
+from cdc.model.config import SchemaChangeConfig, SourceConfig
 
 _SLOT = re.compile(r"^[a-z0-9_]{1,63}$")
 
@@ -32,6 +32,9 @@ class PostgresSourceConfig(SourceConfig):
                                    "transactions that were committing when it took its low watermark")
     name: str = Field(default="postgres", description="the logical source name (Debezium's `topic.prefix`, "
                       "`source.name` in every change)")
+    schema_change: SchemaChangeConfig = Field(default_factory=SchemaChangeConfig, description="how a changed "
+                                              "table definition (a new pgoutput Relation message) reaches "
+                                              "the sinks (docs/schema-evolution.md)")
 
     @field_validator("slot_name")
     @classmethod

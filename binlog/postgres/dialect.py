@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 from psycopg import sql
 
-from binlog.dialect import Dialect, SupportsLogRelease
+from binlog.dialect import Dialect, SupportsLogRelease, SupportsSchemaHistory
 from binlog.postgres.checks import PostgresSourceReport
 from binlog.postgres.config import PostgresSourceConfig
 from binlog.postgres.positions import LsnOffset
@@ -51,6 +51,7 @@ from binlog.postgres.types import (
 from cdc.model.config import SourceConfig
 from cdc.model.envelope import source_block
 from cdc.model.errors import ConfigError
+from cdc.model.history import HistoryStore, SchemaHistory
 from cdc.model.positions import Offset
 from cdc.model.schema import Column, TableId, TableSchema
 from chunking.chunks import KeyValue, SnapshotSplit, SortKey
@@ -72,8 +73,9 @@ def key_sql(column: Column) -> str:
     return f'{k} COLLATE "C"' if pa.types.is_string(column.arrow) else k
 
 
-class PostgresDialect(Dialect, SupportsLogRelease, PostgresSourceReport):
-    """PostgreSQL 12+: LSN watermarks, one pgoutput slot per job, C-collation key order."""
+class PostgresDialect(Dialect, SupportsLogRelease, SupportsSchemaHistory, PostgresSourceReport):
+    """PostgreSQL 12+: LSN watermarks, one pgoutput slot per job, C-collation key order; DDL
+    followed through pgoutput's Relation messages (``relations.py``)."""
 
     name: ClassVar[str] = "postgres"
     config_class: ClassVar[type[SourceConfig]] = PostgresSourceConfig
@@ -83,6 +85,13 @@ class PostgresDialect(Dialect, SupportsLogRelease, PostgresSourceReport):
             raise TypeError(f"the postgres dialect needs a PostgresSourceConfig, not {type(config).__name__}")
         super().__init__(config)
         self.postgres = config
+        self.history_store: HistoryStore | None = None  # the job's state directory, once bound
+
+    def use_schema_history(self, store: HistoryStore, schemas: dict[TableId, TableSchema]) -> None:
+        history = SchemaHistory(store)
+        for schema in schemas.values():
+            history.start(schema)  # version 0 for a table without a history (a first start)
+        self.history_store = store
 
     @property
     def settings(self) -> PgSettings:
@@ -175,7 +184,7 @@ class PostgresDialect(Dialect, SupportsLogRelease, PostgresSourceReport):
         return PostgresKeyOrder()
 
     def log_reader(self, reader_id: int, tables: Sequence[TableSchema]) -> PostgresLogReader:
-        return PostgresLogReader(self.postgres, self.connect, {t.table_id: t for t in tables})
+        return PostgresLogReader(self.postgres, self.connect, {t.table_id: t for t in tables}, self.history_store)
 
     def reader_ids(self) -> list[int]:
         return list(range(self.postgres.log_readers))

@@ -34,6 +34,7 @@ class Relation:
         columns: column names in order.
         key: flags: the column is part of the replica identity key.
         type_oids: each column's type oid.
+        typmods: each column's type modifier (``atttypmod``: -1, or a length, precision...).
     """
 
     oid: int
@@ -43,6 +44,7 @@ class Relation:
     columns: tuple[str, ...]
     key: tuple[bool, ...]
     type_oids: tuple[int, ...]
+    typmods: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -163,14 +165,15 @@ def decode(data: bytes) -> Message:
     if kind == "R":
         oid, namespace, name = r.u32(), r.string(), r.string()
         identity = chr(r.i8())
-        names, keys, types = [], [], []
+        names, keys, types, typmods = [], [], [], []
         for _ in range(r.i16()):
             flags = r.i8()
             names.append(r.string())
             types.append(r.u32())
-            r.i32()  # typmod
+            typmods.append(r.i32())
             keys.append(bool(flags & 1))
-        return Relation(oid, namespace or "pg_catalog", name, identity, tuple(names), tuple(keys), tuple(types))
+        return Relation(oid, namespace or "pg_catalog", name, identity, tuple(names), tuple(keys), tuple(types),
+                        tuple(typmods))
     if kind == "I":
         rel = r.u32()
         r.byte()  # 'N'

@@ -10,6 +10,13 @@ take turns (:func:`~binlog.postgres.server.with_slot`).
 The slice is decoded column-wise (:mod:`pgoutput_columnar`, :mod:`change_rows`); the per-row
 decoder below (:meth:`PostgresLogReader.raw_changes`) is the reference it is tested against,
 selected by ``SPARK_CDC_PG_DECODER=rows`` (internal, for benchmarks/postgres_bench.py).
+
+The stream's change rows (:meth:`PostgresLogReader.change_rows`) follow DDL: each change is
+decoded with the schema version its Relation message describes (:mod:`relations`), and tagged
+with the sinks' schema under ``source.schema_change.behavior``
+(:func:`cdc.model.history.with_schema`), as the MySQL reader does. The backfill's changes
+(:meth:`PostgresLogReader.changes`) keep the job's schema: DDL during a table's snapshot is not
+followed (docs/schema-evolution.md).
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -28,13 +35,22 @@ from binlog.postgres import pgoutput
 from binlog.postgres.change_rows import column_order, table_rows
 from binlog.postgres.config import PostgresSourceConfig
 from binlog.postgres.pgoutput import UNCHANGED, Begin, Commit, Relation, RowChange, Truncate
-from binlog.postgres.pgoutput_columnar import MessageBlock, scan
+from binlog.postgres.pgoutput_columnar import MessageBlock, Scan, scan
 from binlog.postgres.positions import ChangeLsn, LsnOffset, format_lsn
+from binlog.postgres.relations import RelationVersions
 from binlog.postgres.server import check_start, close_quietly, with_slot
 from binlog.postgres.types import CONNECTOR, quote_ident, sql_table, to_arrow_rows
 from cdc.model.envelope import envelope_schema, row_type, source_block, source_type
 from cdc.model.errors import SchemaChanged
 from cdc.model.events import ChangeEvent
+from cdc.model.history import (
+    Behavior,
+    HistoryStore,
+    SchemaHistory,
+    SchemaVersion,
+    project_rows,
+    with_schema,
+)
 from cdc.model.schema import TableId, TableSchema
 
 log = logging.getLogger(__name__)
@@ -63,6 +79,7 @@ class RawChange:
         ts_ms: commit time.
         xid: the transaction id.
         lsn: the change's own LSN.
+        version: the schema version its texts are aligned to (0 when read with the job's schema).
     """
 
     table: TableId
@@ -73,6 +90,7 @@ class RawChange:
     ts_ms: int
     xid: int
     lsn: int
+    version: int = 0
 
 
 class PostgresLogReader:
@@ -82,15 +100,20 @@ class PostgresLogReader:
         config: the source config (slot, publication, source name).
         connect: opens a connection as the CDC role.
         schemas: the tables read.
+        history: where the schema history persists (the job's state directory); None keeps it in
+            this reader's memory, starting each table at ``schemas``.
     """
 
     def __init__(self, config: PostgresSourceConfig, connect: Callable[[], Any],
-                 schemas: dict[TableId, TableSchema]) -> None:
+                 schemas: dict[TableId, TableSchema], history: HistoryStore | None = None) -> None:
         self.config = config
         self.connect = connect
         self.schemas = schemas
         self.decoder = os.environ.get(DECODER_ENV, "columnar")
         self._conn: Any = None
+        behavior = cast(Behavior, config.schema_change.behavior)  # evolve/try_evolve: refused by the config
+        self.versions = RelationVersions(SchemaHistory(history, behavior), self.connection, config.name)
+        self._columns_now: dict[TableId, set[str]] = {}
 
     def __enter__(self) -> PostgresLogReader:
         return self
@@ -110,7 +133,7 @@ class PostgresLogReader:
     def changes(self, start: LsnOffset, end: LsnOffset) -> Iterator[ChangeEvent]:
         """The changes in ``(start, end]``, one per row, in commit order (key updates whole)."""
         if self.decoder == "columnar":
-            for table, rows in self._columnar(start, end, split=False):
+            for table, rows in self._columnar(start, end, versioned=False):
                 for r in rows.to_pylist():
                     s = r["source"]
                     yield ChangeEvent(table, r["op"], r["before"], r["after"],
@@ -126,16 +149,24 @@ class PostgresLogReader:
             yield from self._events(pending)
 
     def change_rows(self, start: LsnOffset, end: LsnOffset, decode_from: Any | None = None) -> Iterator[ChangeRows]:
-        """The same changes as Arrow change rows per table (key updates split), built
-        column-wise from up to :data:`STREAM_ROWS` changes at a time."""
+        """The same changes as Arrow change rows per table and schema version (key updates
+        split), built column-wise from up to :data:`STREAM_ROWS` changes at a time; each decoded
+        with its version, in the sinks' schema, tagged (:func:`cdc.model.history.with_schema`).
+
+        Raises:
+            SchemaChanged: a table's definition changed under ``schema_change.behavior:
+                exception``, or ``lenient`` cannot widen a column to its new type.
+        """
+        for schema in self.schemas.values():
+            self.versions.start(schema)
         if self.decoder == "columnar":
-            for table, rows in self._columnar(start, end, split=True):
+            for table, rows in self._columnar(start, end, versioned=True):
                 source = rows.column("source").chunk(0)
                 first = (source.field("commit_lsn")[0].as_py(), source.field("row")[0].as_py())
                 yield ChangeRows(table, rows, first)
             return
         pending: list[RawChange] = []
-        for raw in self.raw_changes(start, end):
+        for raw in self._raw_changes(start, end, versioned=True):
             pending.append(raw)
             if len(pending) >= STREAM_ROWS:
                 yield from self._rows(pending)
@@ -145,9 +176,11 @@ class PostgresLogReader:
 
     # --- decoding, column-wise (pgoutput_columnar, change_rows) ----------------------------
 
-    def _columnar(self, start: LsnOffset, end: LsnOffset, split: bool) -> Iterator[tuple[TableId, pa.Table]]:
+    def _columnar(self, start: LsnOffset, end: LsnOffset, versioned: bool) -> Iterator[tuple[TableId, pa.Table]]:
         """The kept changes as change rows per table, :data:`STREAM_ROWS` changes at a time (the
-        tables of each in order of their first change)."""
+        tables of each in order of their first change). ``versioned``: per schema version, key
+        updates split, tagged (the stream); else with the job's schemas, key updates whole (the
+        backfill)."""
         if not start.is_before(end):
             return
         d = self.config
@@ -164,13 +197,50 @@ class PostgresLogReader:
         ids = {t: i for i, t in enumerate(dict.fromkeys(tables))}
         table_of = np.array([ids[t] for t in tables] + [-1], np.int64)[kept.version]
         by_id = list(ids)
+        change_version = (self._relation_versions(block, kept, tables) if versioned
+                          else np.zeros(len(kept.relations) + 1, np.int64))[kept.version]
         for lo in range(0, len(kept.messages), STREAM_ROWS):
-            piece = table_of[lo:lo + STREAM_ROWS]
+            piece, versions = table_of[lo:lo + STREAM_ROWS], change_version[lo:lo + STREAM_ROWS]
             _, first = np.unique(piece, return_index=True)
             for t in piece[np.sort(first)].tolist():
-                table = by_id[t]
-                yield table, table_rows(block, kept, lo + np.flatnonzero(piece == t), self.schemas[table],
-                                        self.config.name, self._current_values, split)
+                table, mine = by_id[t], piece == t
+                for v in np.unique(versions[mine]).tolist():  # versions follow log order
+                    at = lo + np.flatnonzero(mine & (versions == v))
+                    if not versioned:
+                        yield table, table_rows(block, kept, at, self.schemas[table], self.config.name,
+                                                self._current_values, split=False)
+                        continue
+                    schema = self.versions.history.versions(table)[v].schema
+                    rows = table_rows(block, kept, at, schema, self.config.name, self._current_values)
+                    yield table, self._tagged(table, v, rows, int(kept.ts_ms[at[0]]), int(kept.xid[at[0]]))
+
+    def _relation_versions(self, block: MessageBlock, kept: Scan, tables: list[TableId]) -> np.ndarray:
+        """Per Relation message of ``kept`` (and a last entry for none), the schema version its
+        kept changes were written under: one look per message, in log order (:mod:`relations`)."""
+        out = np.zeros(len(kept.relations) + 1, np.int64)
+        n = len(kept.version)
+        if not n:
+            return out
+        rels, first = np.unique(kept.version, return_index=True)
+        _, from_end = np.unique(kept.version[::-1], return_index=True)
+        last = n - 1 - from_end
+        lsns = block.lsns[kept.messages]
+        for i in np.argsort(first).tolist():
+            r, f, x = int(rels[i]), int(first[i]), int(last[i])
+            version = self.versions.version(kept.relations[r], tables[r], (int(kept.commit_lsn[f]), int(lsns[f])),
+                                            (int(kept.commit_lsn[x]), int(lsns[x])))
+            out[r] = version.version
+        return out
+
+    def _tagged(self, table: TableId, version: int, rows: pa.Table, ts_ms: int, xid: int) -> pa.Table:
+        """Rows decoded with ``version`` as rows of the sinks' schema, tagged with both and with
+        the version's schema change event."""
+        history = self.versions.history
+        source = history.versions(table)[version]
+        sink = history.sink_schema(table, version)
+        if sink is not source.schema:
+            rows = project_rows(rows, sink)
+        return with_schema(rows, sink, version, self.versions.schema_change(table, source, ts_ms, xid))
 
     def _truncated(self, relations: Sequence[Relation], lsn_text: str) -> None:
         names = [str(TableId(r.namespace, r.name)) for r in relations]
@@ -183,7 +253,11 @@ class PostgresLogReader:
 
     def raw_changes(self, start: LsnOffset, end: LsnOffset) -> Iterator[RawChange]:
         """Decode the slot up to ``end``; keep the changes of transactions committed in
-        ``[start, end)`` on the tables read."""
+        ``[start, end)`` on the tables read, aligned to the job's schemas."""
+        return self._raw_changes(start, end, versioned=False)
+
+    def _raw_changes(self, start: LsnOffset, end: LsnOffset, versioned: bool) -> Iterator[RawChange]:
+        """:meth:`raw_changes`; ``versioned``: each change aligned to its schema version."""
         if not start.is_before(end):
             return
         d = self.config
@@ -191,39 +265,49 @@ class PostgresLogReader:
         check_start(conn, d.slot, start)
         rows = with_slot(lambda: conn.execute(_PEEK, (d.slot, format_lsn(end.lsn), d.publication_name)).fetchall(),
                          d.slot, d.slot_wait_s)
-        relations: dict[int, Relation] = {}
+        relations: dict[int, tuple[Relation, int]] = {}  # oid -> its last Relation message, numbered
+        resolved: dict[int, SchemaVersion] = {}  # Relation message number -> the version of its changes
+        numbered = 0
         begin: Begin | None = None
-        txn: list[tuple[RowChange, int]] = []
+        txn: list[tuple[RowChange, int, Relation, int]] = []
         for lsn_text, data in rows:
             msg = pgoutput.decode(data)
             if isinstance(msg, RowChange):
-                rel = relations[msg.relation]
+                rel, number = relations[msg.relation]
                 if TableId(rel.namespace, rel.name) in self.schemas:
-                    txn.append((msg, _lsn(lsn_text)))
+                    txn.append((msg, _lsn(lsn_text), rel, number))
             elif isinstance(msg, Begin):
                 begin, txn = msg, []
             elif isinstance(msg, Relation):
-                relations[msg.oid] = msg
+                numbered += 1
+                relations[msg.oid] = (msg, numbered)
             elif isinstance(msg, Commit):
                 if txn and begin is not None and start.lsn <= msg.commit_lsn < end.lsn:
-                    yield from self._transaction(relations, begin, msg, txn)
+                    yield from self._transaction(begin, msg, txn, resolved if versioned else None)
                 begin, txn = None, []
             elif isinstance(msg, Truncate):
-                self._truncated([relations[r] for r in msg.relations if r in relations], lsn_text)
+                self._truncated([relations[r][0] for r in msg.relations if r in relations], lsn_text)
 
-    def _transaction(self, relations: dict[int, Relation], begin: Begin, commit: Commit,
-                     txn: list[tuple[RowChange, int]]) -> Iterator[RawChange]:
-        layouts: dict[int, tuple[TableId, TableSchema, list[int], set[int]]] = {}  # per relation, once
-        for row, (msg, lsn) in enumerate(txn):
-            layout = layouts.get(msg.relation)
+    def _transaction(self, begin: Begin, commit: Commit, txn: list[tuple[RowChange, int, Relation, int]],
+                     resolved: dict[int, SchemaVersion] | None) -> Iterator[RawChange]:
+        """One committed transaction's changes, aligned to the job's schemas or, with
+        ``resolved``, to each Relation message's schema version (recorded when new)."""
+        layouts: dict[int, tuple[TableId, TableSchema, int, list[int], set[int]]] = {}  # per message, once
+        for row, (msg, lsn, rel, number) in enumerate(txn):
+            table, key = TableId(rel.namespace, rel.name), (commit.commit_lsn, lsn)
+            if resolved is not None:
+                if number not in resolved:
+                    resolved[number] = self.versions.version(rel, table, key, key)
+                self.versions.check(table, resolved[number], key)
+            layout = layouts.get(number)
             if layout is None:
-                rel = relations[msg.relation]
-                table = TableId(rel.namespace, rel.name)
-                schema = self.schemas[table]
+                version = resolved[number] if resolved is not None else None
+                schema = version.schema if version is not None else self.schemas[table]
                 names = schema.column_names
-                layout = layouts[msg.relation] = (table, schema, column_order(rel.columns, schema),
-                                                  {names.index(k) for k in schema.primary_key})
-            table, schema, order, keys = layout
+                layout = layouts[number] = (table, schema, version.version if version is not None else 0,
+                                            column_order(rel.columns, schema),
+                                            {names.index(k) for k in schema.primary_key})
+            table, schema, v, order, keys = layout
             old = None if msg.old is None else tuple(msg.old[i] for i in order)
             new = None if msg.new is None else tuple(msg.new[i] for i in order)
             if new is not None and any(v is UNCHANGED for v in new):
@@ -231,7 +315,7 @@ class PostgresLogReader:
             if msg.op == "u" and old is None and new is not None and keys:
                 old = tuple(v if i in keys else None for i, v in enumerate(new))  # replica identity DEFAULT
             yield RawChange(table, msg.op, old, new, ChangeLsn(commit.commit_lsn, lsn, row), commit.ts_ms,
-                            begin.xid, lsn)
+                            begin.xid, lsn, v)
 
     def _fill_unchanged(self, schema: TableSchema, old: tuple[Any, ...] | None,
                         new: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -257,16 +341,34 @@ class PostgresLogReader:
         return tuple(out)
 
     def _current_values(self, schema: TableSchema, key: list[Any], columns: list[int]) -> list[Any] | None:
-        """The texts of ``columns`` of the row with primary key ``key`` now (None: deleted since)."""
+        """The texts of ``columns`` of the row with primary key ``key`` now (None: deleted since).
+
+        ``schema`` may be an older version of the table: a column dropped or renamed since has no
+        current value, and is null (with a warning) rather than failing the query.
+        """
         names = schema.column_names
+        now = self._table_columns(schema.table_id)
+        gone = [names[i] for i in columns if names[i] not in now]
+        if gone:
+            log.warning("%s: unchanged TOASTed column(s) %s no longer exist in the table; written as null",
+                        schema.table_id, ", ".join(gone))
         where = " AND ".join(f"{quote_ident(k)} = %s" for k in schema.primary_key)
-        cols = ", ".join(f"{quote_ident(names[i])}::text" for i in columns)
+        cols = ", ".join(f"{quote_ident(names[i])}::text" if names[i] in now else "NULL::text" for i in columns)
         row = self.connection().execute(f"SELECT {cols} FROM {sql_table(schema.table_id)} WHERE {where}",
                                         key).fetchone()
         if row is None:
             log.warning("%s: unchanged TOASTed column(s) of a row deleted since; the next change deletes it",
                         schema.table_id)
         return None if row is None else list(row)
+
+    def _table_columns(self, table: TableId) -> set[str]:
+        """The table's column names now (once per reader)."""
+        if table not in self._columns_now:
+            rows = self.connection().execute(
+                "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0 "
+                "AND NOT attisdropped", (sql_table(table),)).fetchall()
+            self._columns_now[table] = {r[0] for r in rows}
+        return self._columns_now[table]
 
     # --- Arrow ----------------------------------------------------------------------------
 
@@ -277,10 +379,17 @@ class PostgresLogReader:
                 yield ChangeEvent(table, r["op"], r["before"], r["after"], raw.position, raw.ts_ms, r["source"])
 
     def _rows(self, raws: list[RawChange]) -> Iterator[ChangeRows]:
+        """Change rows per table and schema version (versions follow log order), tagged."""
         for table, mine in _by_table(raws).items():
-            schema = self.schemas[table]
-            split = split_key_changes(mine, schema)
-            yield ChangeRows(table, envelope(schema, split, self.config.name), split[0].position.sort_key())
+            runs: dict[int, list[RawChange]] = {}
+            for r in mine:
+                runs.setdefault(r.version, []).append(r)
+            for version, run in runs.items():
+                schema = self.versions.history.versions(table)[version].schema
+                split = split_key_changes(run, schema)
+                rows = self._tagged(table, version, envelope(schema, split, self.config.name), split[0].ts_ms,
+                                    split[0].xid)
+                yield ChangeRows(table, rows, split[0].position.sort_key())
 
 
 def _lsn(text: str) -> int:

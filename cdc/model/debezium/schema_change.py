@@ -2,7 +2,9 @@
 topic (named ``<topic.prefix>``) for each DDL on a captured table.
 
 The key is ``{"databaseName": ...}``; the value carries the connector's ``source`` block of the
-statement, ``ts_ms``, ``databaseName``, ``schemaName`` (null for MySQL), the ``ddl`` text and
+statement, ``ts_ms``, ``databaseName``, ``schemaName`` (null for MySQL; for PostgreSQL the table's
+schema, with the database in ``databaseName``), the ``ddl`` text (for PostgreSQL, which logs no DDL,
+a labelled description of the Relation message: docs/schema-evolution.md) and
 ``tableChanges``: the table's whole structure after the statement, so a consumer needs no DDL
 parser. With ``schemas_enable`` both carry their Kafka Connect schema, as JsonConverter writes
 them. The events are built from a :class:`~cdc.model.schema.TableSchema`; what it does not know
@@ -118,9 +120,11 @@ def schema_change_message(connector: str, schema: TableSchema, ddl: str, source:
         change_type: ``CREATE``, ``ALTER`` or ``DROP``.
         schemas_enable: wrap both in ``{"schema": ..., "payload": ...}`` as JsonConverter does.
     """
-    db = schema.table_id.db
+    db, schema_name = schema.table_id.db, None
+    if connector == "postgresql":  # a table id is (schema, table); the database is apart
+        db, schema_name = schema.database or db, schema.table_id.db
     key: dict[str, Any] = {"databaseName": db}
-    value: dict[str, Any] = {"source": dict(source), "ts_ms": ts_ms, "databaseName": db, "schemaName": None,
+    value: dict[str, Any] = {"source": dict(source), "ts_ms": ts_ms, "databaseName": db, "schemaName": schema_name,
                              "ddl": ddl, "tableChanges": [table_change(schema, change_type)]}
     if schemas_enable:
         key = {"schema": key_schema(connector), "payload": key}
