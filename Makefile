@@ -20,9 +20,13 @@ demo: setup
 # Two pytest workers (each with its own MariaDB, Postgres, Kafka and Spark) keep a 2-core
 # machine busy; TEST_WORKERS=0 runs the suite in one process.
 TEST_WORKERS ?= 2
+# The tests start many short-lived Spark JVMs (spark-submit reads SPARK_SUBMIT_OPTS): C1 only and
+# the serial collector spend less CPU starting them on 2 cores (jobs users run keep the defaults).
+TEST_JVM_OPTS ?= -XX:TieredStopAtLevel=1 -XX:+UseSerialGC
 
 test: setup lint typecheck
-	$(PY) -m pytest -q --durations=15 $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist worksteal)
+	SPARK_SUBMIT_OPTS="$(TEST_JVM_OPTS)" $(PY) -m pytest -q --durations=15 \
+	  $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist worksteal)
 
 lint: setup
 	$(VENV)/bin/ruff check .
