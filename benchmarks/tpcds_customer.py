@@ -168,17 +168,24 @@ class Bench:
 
     # --- ours ----------------------------------------------------------------------------------
 
-    def source(self, p: int, cpb: int, mode: str = "initial", backfill_skip: bool = False) -> dict[str, Any]:
-        """The job file's ``source:`` for the benchmark table."""
+    def source(self, p: int, cpb: int, mode: str = "initial", backfill_skip: bool = False,
+               max_batch_bytes: int | str | None = "default") -> dict[str, Any]:
+        """The job file's ``source:`` for the benchmark table (``max_batch_bytes``: the job's
+        default unless given; None: no cap)."""
         c, t = self.table.box.cdc, self.table
-        return {"type": "mysql", "hostname": c.host, "port": c.port, "username": c.user, "password": c.password,
-                "tables": [f"{t.database}\\.{t.table}"], "chunk_size": self.args.chunk_size,
-                "chunks_per_batch": cpb, "server_id": SERVER_IDS, "startup_mode": mode,
-                "backfill_skip": backfill_skip}
+        source = {"type": "mysql", "hostname": c.host, "port": c.port, "username": c.user, "password": c.password,
+                  "tables": [f"{t.database}\\.{t.table}"], "chunk_size": self.args.chunk_size,
+                  "chunks_per_batch": cpb, "server_id": SERVER_IDS, "startup_mode": mode,
+                  "backfill_skip": backfill_skip}
+        if max_batch_bytes != "default":
+            source["max_batch_bytes"] = max_batch_bytes
+        return source
 
     def pipeline_spec(self, job: Path, p: int, cpb: int, trigger: str = "available-now",
-                      sink: str = "delta", backfill_skip: bool = False) -> dict[str, Any]:
-        return {"kind": "pipeline", "parallelism": p, "source": self.source(p, cpb, backfill_skip=backfill_skip),
+                      sink: str = "delta", backfill_skip: bool = False,
+                      max_batch_bytes: int | str | None = "default") -> dict[str, Any]:
+        return {"kind": "pipeline", "parallelism": p,
+                "source": self.source(p, cpb, backfill_skip=backfill_skip, max_batch_bytes=max_batch_bytes),
                 "state_dir": str(job / "checkpoint_state"), "lake": str(job / "lake"),
                 "checkpoint": str(job / "checkpoint"), "query_id": job.name, "trigger": trigger,
                 "sink": sink}
@@ -247,20 +254,31 @@ class Bench:
         with contextlib.closing(self.table.box.admin.connect()) as conn:
             return current_offset(conn).to_dict()
 
-    def catch_up(self, job: Path, p: int, cpb: int) -> None:
+    def catch_up(self, job: Path, p: int, cpb: int, caps: list[int | str | None] | None = None,
+                 decompose: bool = True) -> None:
+        """A burst of updates, then one available-now run per ``source.max_batch_bytes`` in
+        ``caps`` (default: the job's default), each from a copy of ``job`` made before the burst."""
+        caps = caps or ["default"]
+        jobs = [job] + [_copy_job(job, f"{job.name}-cap{i}") for i in range(1, len(caps))]
         start = self.binlog_position()
         changed, seconds = apply_burst(self.table.box.admin, self.table, self.args.burst)
         self.facts["burst"] = {"updates": changed, "seconds": round(seconds, 2),
                                "server_rows_per_s": round(changed / seconds)}
         end = self.binlog_position()
-        started_load, child = load(), self.start(f"catch-up-p{p}", self.pipeline_spec(job, p, cpb))
-        r = child.wait()
-        detail = _pipeline_detail(r)
-        detail.update(expected_changes=changed, changes_ok=r["change_rows"] == changed,
-                      mirror_drain_s=r.get("drain_s"))
-        self.add(Line(f"binlog catch-up p={p} ({changed:,} updates)", "catch-up", r["change_rows"],
-                      r["seconds"], started_load, p, child.rss.to_dict(), detail))
-        self.decompose_binlog(start, end)
+        self.facts["burst"]["binlog"] = {"start": start, "end": end}
+        for cap, copy in zip(caps, jobs, strict=True):
+            spec = self.pipeline_spec(copy, p, cpb, max_batch_bytes=cap)
+            started_load, child = load(), self.start(f"catch-up-p{p}-{copy.name}", spec)
+            r = child.wait()
+            detail = _pipeline_detail(r)
+            detail.update(expected_changes=changed, changes_ok=r["change_rows"] == changed,
+                          mirror_drain_s=r.get("drain_s"), max_batch_bytes=cap)
+            name = f"binlog catch-up p={p} ({changed:,} updates)" if cap == "default" else \
+                f"catch-up p={p}, {changed:,} updates{_cap_label(cap)}"  # fits the table's column
+            self.add(Line(name, "catch-up",
+                          r["change_rows"], r["seconds"], started_load, p, child.rss.to_dict(), detail))
+        if decompose:
+            self.decompose_binlog(start, end)
 
     def decompose_binlog(self, start: dict[str, Any], end: dict[str, Any]) -> None:
         """The stream task's work on the burst, without Spark: change blocks, rows, files."""
@@ -311,6 +329,33 @@ class Bench:
               f"{lat['missing']} not visible)", flush=True)
 
 
+def _copy_job(job: Path, name: str) -> Path:
+    """A copy of a finished job's checkpoint, state directory and lake (another run from there)."""
+    copy = job.with_name(name)
+    shutil.copytree(job, copy)
+    return copy
+
+
+def _cap_label(cap: int | str | None) -> str:
+    if cap == "default":
+        return ""
+    return ", no cap" if cap is None else f", cap {int(cap) / 2**20:g} MiB"
+
+
+def parse_caps(text: str) -> list[int | str | None]:
+    """``--max-batch-bytes``: comma-separated sizes in bytes or with a MiB/GiB suffix, ``none``
+    (no cap) or ``default`` (the job's)."""
+    caps: list[int | str | None] = []
+    for part in (x.strip().lower() for x in text.split(",") if x.strip()):
+        if part in ("none", "default"):
+            caps.append(None if part == "none" else "default")
+        elif part.endswith(("mib", "gib")):
+            caps.append(int(float(part[:-3]) * (2**20 if part.endswith("mib") else 2**30)))
+        else:
+            caps.append(int(part))
+    return caps
+
+
 def _pipeline_detail(r: dict[str, Any]) -> dict[str, Any]:
     return {"batches": r["batches"], "change_rows": r["change_rows"], "progress": r["progress"],
             "driver_seconds": r["driver_seconds"], "driver_profile": r["profile"]}
@@ -336,6 +381,10 @@ def run(bench: Bench) -> None:
     a = bench.args
     parallelisms = [int(x) for x in a.parallelism.split(",")]
     top, cpb = max(parallelisms), 4 * max(parallelisms)
+    caps = parse_caps(a.max_batch_bytes)
+    if a.catch_up_only:  # the snapshot it continues from, then the burst's catch-up per cap
+        bench.catch_up(bench.snapshot(top, cpb), top, cpb, caps, decompose=False)
+        return
     bench.raw_scan("raw scan, warm-up (mariadb --quick)")  # warms the buffer pool
     bench.raw_scan("raw scan (mariadb --quick)")
     bench.single_reader()
@@ -352,7 +401,7 @@ def run(bench: Bench) -> None:
     if not a.quick:
         bench.snapshot(top, cpb, backfill_skip=True)  # at-least-once: reported, not in the targets
     bench.decompose()
-    bench.catch_up(base, top, cpb)
+    bench.catch_up(base, top, cpb, caps)
     bench.latency(base, top, cpb)
     bench.raw_scan("raw scan again, at the end")
 
@@ -424,10 +473,12 @@ def _per_batch(ln: Line) -> tuple[float, float]:
     return ln.rows / n, prog["seconds_by_step"].get("triggerExecution", ln.seconds) / n
 
 
-def ratios(lines: list[Line]) -> dict[str, Line]:
-    """The reference lines: the limit (fastest raw scan), the single reader, the JDBC peer."""
-    refs = {"limit": min((ln for ln in lines if ln.kind == "limit"), key=lambda ln: ln.seconds)}
-    refs["single"] = next(ln for ln in lines if ln.name.startswith("single"))
+def ratios(lines: list[Line]) -> dict[str, Line | None]:
+    """The reference lines: the limit (fastest raw scan), the single reader, the JDBC peer (None
+    where the run had no such phase: ``--catch-up-only``)."""
+    refs: dict[str, Line | None] = {
+        "limit": min((ln for ln in lines if ln.kind == "limit"), key=lambda ln: ln.seconds, default=None)}
+    refs["single"] = next((ln for ln in lines if ln.name.startswith("single")), None)
     for ln in lines:
         if ln.name.startswith("Spark JDBC"):
             refs[f"jdbc{ln.parallelism}"] = ln
@@ -437,16 +488,24 @@ def ratios(lines: list[Line]) -> dict[str, Line]:
 def table_text(lines: list[Line]) -> str:
     refs = ratios(lines)
     head = (f"{'measurement':<44} {'rows':>10} {'s':>7} {'rows/s':>9} {'/limit':>6} {'/single':>7} "
-            f"{'/JDBC':>6} {'driver':>6} {'JVM':>5} {'workers':>7} {'mysqld':>6} {'load':>5}")
+            f"{'/JDBC':>6} {'driver':>6} {'planner':>7} {'JVM':>5} {'worker':>6} {'workers':>7} "
+            f"{'mysqld':>6} {'load':>5}")
     out = [head, "-" * len(head)]
     for ln in lines:
         jdbc = refs.get(f"jdbc{ln.parallelism}") or refs.get("jdbc2")
         rel = [f"{ln.rate / r.rate:.2f}x" if r is not None and ln.kind != "catch-up" else ""
                for r in (refs["limit"], refs["single"], jdbc)]
-        rss = [f"{ln.rss[k]:.0f}" if k in ln.rss else "" for k in ("driver", "jvm", "workers_total", "mariadbd")]
-        out.append(f"{ln.name:<44} {ln.rows:>10,} {ln.seconds:>7.2f} {ln.rate:>9,.0f} {rel[0]:>6} {rel[1]:>7} "
-                   f"{rel[2]:>6} {rss[0]:>6} {rss[1]:>5} {rss[2]:>7} {rss[3]:>6} {ln.load:>5}")
+        rss = [f"{ln.rss[k]:.0f}" if k in ln.rss else "" for k in RSS_COLUMNS]
+        out.append(f"{ln.name[:44]:<44} {ln.rows:>10,} {ln.seconds:>7.2f} {ln.rate:>9,.0f} {rel[0]:>6} "
+                   f"{rel[1]:>7} {rel[2]:>6} {rss[0]:>6} {rss[1]:>7} {rss[2]:>5} {rss[3]:>6} {rss[4]:>7} "
+                   f"{rss[5]:>6} {ln.load:>5}")
     return "\n".join(out)
+
+
+# The peak RSS columns (MiB, VmHWM; pipeline_bench.RssPeaks): the driver's Python process (it
+# commits the batches), the stream reader's planning process, the JVM (Spark's driver and
+# executors in local mode), the largest Python worker (executor tasks), all workers at one moment.
+RSS_COLUMNS = ("driver", "source planner", "jvm", "python workers", "workers_total", "mariadbd")
 
 
 def verdict(lines: list[Line], facts: dict[str, Any]) -> dict[str, Any]:
@@ -457,8 +516,9 @@ def verdict(lines: list[Line], facts: dict[str, Any]) -> dict[str, Any]:
     best = max((ln for ln in ours if ln.parallelism == top), key=lambda ln: ln.rate)
     jdbc = refs.get(f"jdbc{top}")
     catch = next((ln for ln in lines if ln.kind == "catch-up"), None)
-    vis = facts.get("visibility", {})
-    got = {"best_snapshot": best.name, "snapshot_vs_limit": round(best.rate / refs["limit"].rate, 3),
+    vis, limit = facts.get("visibility", {}), refs["limit"]
+    assert limit is not None  # every run but --catch-up-only scans first
+    got = {"best_snapshot": best.name, "snapshot_vs_limit": round(best.rate / limit.rate, 3),
            "snapshot_vs_jdbc": round(best.rate / jdbc.rate, 3) if jdbc else None,
            "catch_up_per_s": round(catch.rate) if catch else None,
            "changelog_latency_p50_s": vis.get("changelog_p50_s"), "mirror_latency_p50_s": vis.get("mirror_p50_s")}
@@ -474,8 +534,8 @@ def chart(lines: list[Line], facts: dict[str, Any], title: str, path: Path) -> N
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    refs = ratios(lines)
-    limit = refs["limit"]
+    limit = ratios(lines)["limit"]
+    assert limit is not None
     shown = [Line("limit: raw scan, fastest of the runs", "limit", limit.rows, limit.seconds, limit.load)]
     shown += [ln for ln in lines if ln.kind not in ("catch-up", "limit")]
     colors = {"limit": "#7f7f7f", "peer": "#1f77b4", "ours": "#d62728", "profile": "#ff9896"}
@@ -522,6 +582,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--jdbc-fetchsize", type=int, default=10_000, help="JDBC fetchsize of the Spark peer")
     p.add_argument("--backend", default="auto", help="fetch backend of the single reader")
     p.add_argument("--decompose-chunks", type=int, default=16, help="chunks run without Spark for the profile")
+    p.add_argument("--max-batch-bytes", default="default", help="source.max_batch_bytes of the catch-up runs, "
+                   "comma-separated (bytes, or with a MiB/GiB suffix; `none`: no cap; `default`: the job's); "
+                   "each runs the same burst from a copy of the snapshot's checkpoint")
+    p.add_argument("--catch-up-only", action="store_true", help="only the snapshot and the catch-up runs "
+                   "(peak RSS per process of each; no peers, no latency)")
     p.add_argument("--keep", action="store_true", help="keep the work directory (lakes, checkpoints, logs)")
     args = p.parse_args()
     args.parallelism = args.parallelism or ("1,2" if args.full else "2")
@@ -559,15 +624,25 @@ def main() -> None:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     lines, facts = bench.lines, bench.facts
-    result = verdict(lines, facts)
     print("\n" + table_text(lines))
-    print(f"\nRSS columns: peak MiB (VmHWM) of the driver, the JVM, all Python workers at once, mariadbd. "
+    print(f"\nRSS columns: peak MiB (VmHWM) of the driver's Python process, the source's planning process, "
+          f"the JVM, the largest Python worker, all Python workers at once, mariadbd. "
           f"Load average {load_start} at the start, {load()} at the end (2 shared cores: "
           f"{'noisy numbers' if max(load_start, load()) > 2 else 'quiet'}).")
+    stamp = dt.date.today().isoformat()
+    if args.catch_up_only:
+        out = RESULTS / f"tpcds_customer-{stamp}-sf{args.scale}-catchup-burst{args.burst}.json"
+        out.parent.mkdir(exist_ok=True)
+        out.write_text(json.dumps({
+            "scale": args.scale, "rows": table.rows, "date": stamp, "args": vars(args),
+            "load_average": {"start": load_start, "end": load()}, "rss_columns": RSS_COLUMNS,
+            "lines": [{**asdict(ln), "rows_per_s": round(ln.rate)} for ln in lines], **facts}, indent=2) + "\n")
+        print(f"wrote {out}")
+        return
+    result = verdict(lines, facts)
     print("targets:", json.dumps(result["got"]), "met:", json.dumps(result["met"]))
     where = explain(lines, facts)
     print("\nwhere the time goes:\n  " + "\n  ".join(where))
-    stamp = dt.date.today().isoformat()
     mode = ("-quick" if args.quick else "-full" if args.full else "") + (
         f"-burst{args.burst}" if args.burst != BURST and not args.quick else "")
     out = RESULTS / f"tpcds_customer-{stamp}-sf{args.scale}{mode}.json"

@@ -235,3 +235,18 @@ class SupportsSplitSlices(ABC):
         """Where to cut ``(start, end]`` so that up to ``parts`` readers finish together
         (driver; ``connection()`` gives a connection, opened only when needed); empty when the
         slice is not worth cutting."""
+
+
+class SupportsBatchCap(ABC):
+    """A dialect that can end a batch's log slice before the server's current position, so that
+    a backlog is read in batches of bounded size (Spark's admission control, ``ReadMaxBytes``)."""
+
+    @abstractmethod
+    def max_batch_bytes(self) -> int | None:
+        """The configured most bytes of log one batch reads (None: no cap)."""
+
+    @abstractmethod
+    def capped_end(self, connection: Callable[[], Any], start: Any, end: Any, max_bytes: int) -> Any:
+        """``end``, or an offset after ``start`` and before ``end`` where a batch of at most about
+        ``max_bytes`` of log ends (driver; ``connection()`` gives a connection, opened only when
+        needed). Slices that meet there give each transaction to exactly one batch."""

@@ -57,6 +57,12 @@ class MySqlSourceConfig(SourceConfig):
     stream_split_bytes: int = Field(default=16 * 1024 * 1024, gt=0, description="a catch-up batch's binlog "
                                     "slice is read by several tasks (up to `parallelism`, one server id each) "
                                     "when it holds at least twice this many bytes; each decodes its own piece")
+    max_batch_bytes: int | None = Field(
+        default=256 * 1024 * 1024, gt=0, description="the most binlog bytes one batch reads: when the "
+        "binlog from the last batch's end to the server's end holds more (a backlog, a catch-up), the "
+        "batch ends this many bytes on (counted across files) and the next batch continues there; each "
+        "transaction belongs to the batch it begins in. Bounds a batch's work and the rows it brings to the sinks; "
+        "`null` reads the whole backlog in one batch. Batches that emit snapshot chunks are not capped")
     fetch_backend: Literal["auto", "connectorx", "mysqlclient", "pymysql"] = Field(
         default="auto", description="how chunk SELECTs reach Arrow: `connectorx` (fastest), "
         "`mysqlclient`, `pymysql`, or `auto` (the fastest installed one that reads every column)")

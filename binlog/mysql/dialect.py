@@ -12,12 +12,18 @@ import contextlib
 import logging
 import re
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import pyarrow as pa
 import pymysql
 
-from binlog.dialect import ChangeRows, Dialect, SupportsSchemaHistory, SupportsSplitSlices
+from binlog.dialect import (
+    ChangeRows,
+    Dialect,
+    SupportsBatchCap,
+    SupportsSchemaHistory,
+    SupportsSplitSlices,
+)
 from binlog.mysql.change_rows import event_rows_envelope
 from binlog.mysql.checks import MySqlSourceReport
 from binlog.mysql.config import MySqlSourceConfig
@@ -25,7 +31,14 @@ from binlog.mysql.connection import Endpoint
 from binlog.mysql.event_rows import EventRows
 from binlog.mysql.fetch import fetch_arrow
 from binlog.mysql.keys import KeyOrder, chunkable, range_predicate, sql_ident, sql_param, sql_table
-from binlog.mysql.positions import SKIP_COST, BinlogOffset, ChangePosition, GtidSet, byte_cuts
+from binlog.mysql.positions import (
+    SKIP_COST,
+    BinlogOffset,
+    ChangePosition,
+    GtidSet,
+    byte_cuts,
+    capped_end,
+)
 from binlog.mysql.reader import BinlogReaderOptions, MySqlBinlogReader
 from binlog.mysql.server import (
     ServerIdRange,
@@ -64,7 +77,7 @@ SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
 STREAM_ROWS = 65_536  # binlog changes turned into change rows at a time
 
 
-class MySqlDialect(Dialect, SupportsSplitSlices, SupportsSchemaHistory, MySqlSourceReport):
+class MySqlDialect(Dialect, SupportsSplitSlices, SupportsBatchCap, SupportsSchemaHistory, MySqlSourceReport):
     """MySQL 5.7/8.x and MariaDB 10.5+: binlog positions, server ids, WEIGHT_STRING key order."""
 
     name: ClassVar[str] = "mysql"
@@ -82,6 +95,31 @@ class MySqlDialect(Dialect, SupportsSplitSlices, SupportsSchemaHistory, MySqlSou
         for schema in schemas.values():
             history.start(schema)  # version 0 for a table without a history (a first start)
         self.history_store = store
+
+    # Where the first transaction after a cut begins (the end of a capped batch), found by the
+    # reader of the batch that ends there and kept in the state directory, so that the next
+    # batch's readers open their dump there instead of walking from the start of the file. Only
+    # a shortcut: without it they walk, and read the same changes.
+
+    def walk_hint(self, cut: BinlogOffset) -> BinlogOffset | None:
+        """The first transaction at or after ``cut``, if a reader recorded it (executor)."""
+        store = self.history_store
+        if not isinstance(store, JsonStore):
+            return None
+        try:
+            return BinlogOffset.from_dict(store.read_json(_hint_path(cut)))
+        except Exception:  # not recorded (the batch before ran elsewhere, or crashed first)
+            return None
+
+    def save_walk_hint(self, cut: BinlogOffset, found: BinlogOffset | None) -> None:
+        """Record where the first transaction at or after ``cut`` begins (executor)."""
+        store = self.history_store
+        if found is None or not isinstance(store, JsonStore):
+            return
+        try:
+            store.write_json(_hint_path(cut), {"file": found.file, "pos": found.pos, "server": cut.server})
+        except Exception as exc:  # the next batch walks from the file's start instead
+            log.warning("could not record the transaction after cut %s: %s", cut, exc)
 
     @property
     def settings(self) -> Endpoint:
@@ -189,6 +227,18 @@ class MySqlDialect(Dialect, SupportsSplitSlices, SupportsSchemaHistory, MySqlSou
             return []  # a slice of another server (a failover): one reader finds it here by GTID
         return byte_cuts(start, end, binary_log_sizes(conn), parts, min_bytes, SKIP_COST)
 
+    def max_batch_bytes(self) -> int | None:
+        return self.mysql.max_batch_bytes
+
+    def capped_end(self, connection: Callable[[], Any], start: BinlogOffset, end: BinlogOffset,
+                   max_bytes: int) -> BinlogOffset:
+        # A short slice in one file is not capped without asking the server for its file sizes.
+        if start.file == end.file and end.pos - start.pos <= max_bytes:
+            return end
+        if not start.same_server(end):
+            return end  # a slice of another server (a failover): its reader finds it here by GTID
+        return capped_end(start, end, binary_log_sizes(connection()), max_bytes)
+
     # --- executors ------------------------------------------------------------------------
 
     def read_chunk(self, schema: TableSchema, split: SnapshotSplit) -> tuple[BinlogOffset, pa.Table]:
@@ -222,6 +272,19 @@ class MySqlDialect(Dialect, SupportsSplitSlices, SupportsSchemaHistory, MySqlSou
         hw: BinlogOffset = high_watermark
         return source_block(CONNECTOR, self.mysql.name, table, ts_ms, "true",
                             {"server_id": 0, "gtid": hw.gtid, "file": hw.file, "pos": hw.pos, "row": 0})
+
+
+@runtime_checkable
+class JsonStore(Protocol):
+    """The part of the job's state directory the walk hints use (``cdc.spark.state.StateStore``)."""
+
+    def read_json(self, rel: str) -> Any: ...
+
+    def write_json(self, rel: str, value: Any) -> None: ...
+
+
+def _hint_path(cut: BinlogOffset) -> str:
+    return f"binlog_cuts/{cut.server or 'unknown'}/{cut.file}.{cut.pos}.json"
 
 
 def _matching(visible: list[TableId], patterns: Sequence[str]) -> list[TableId]:
@@ -293,7 +356,8 @@ class MySqlLogReader:
         :data:`STREAM_ROWS` changes at a time."""
         pending: list[EventRows] = []
         rows = 0
-        for event in self.reader.read_event_rows(start, end, decode_from=decode_from):
+        walk_from = self.dialect.walk_hint(start) if start.cut else None
+        for event in self.reader.read_event_rows(start, end, decode_from=decode_from, walk_from=walk_from):
             pending.append(event)
             rows += event.num_rows
             if rows >= STREAM_ROWS:
@@ -301,6 +365,8 @@ class MySqlLogReader:
                 pending, rows = [], 0
         if pending:
             yield from self._rows(pending)
+        if end.cut:
+            self.dialect.save_walk_hint(end, self.reader.next_transaction(end))
 
     def _rows(self, events: list[EventRows]) -> Iterator[ChangeRows]:
         """Per table and schema version (in log order), the change rows in the sinks' schema,

@@ -17,6 +17,14 @@ An offset records the server it was read on (``server``) and the GTID set execut
 (:class:`GtidSet`, MySQL ``uuid:1-100`` or MariaDB ``domain-server-seq``). Offsets of two servers
 are ordered by their GTID sets; the reader finds an offset of another server on its own by GTID
 (docs/gtid-failover.md).
+
+A *cut* (``cut=True``) is a byte position chosen without reading the binlog there (a batch
+capped at ``source.max_batch_bytes``, a slice split for several readers): it may lie inside a
+transaction, even inside an event. Slices own whole transactions, by where each begins: the
+slice ``(lo, hi]`` holds every change of the transactions whose first event starts at or after
+``lo`` and before ``hi`` (read to their end, past ``hi`` if need be). For offsets between
+transactions that is the rule above; for cuts it gives each transaction to exactly one slice.
+A cut has no GTID set, so a failover cannot find it on another server.
 """
 
 from __future__ import annotations
@@ -64,6 +72,8 @@ class BinlogOffset:
         server: the server whose binlog ``file`` and ``pos`` belong to (MariaDB ``@@server_id``,
             MySQL ``@@server_uuid``), or None when unknown (offsets written before it was
             recorded, offsets built by hand).
+        cut: a byte position that may lie inside a transaction (see the module docstring): a
+            reader cannot start there, and a slice ending there reads its last transaction on.
 
     Offsets of one server (or of an unknown one) are ordered by file and position; offsets of two
     known, different servers by their GTID sets (see :meth:`compare`). Equality (``==``) is by
@@ -74,6 +84,7 @@ class BinlogOffset:
     pos: int
     gtid: str | None = field(default=None, compare=False)
     server: str | None = field(default=None, compare=False)
+    cut: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
         _file_key(self.file)
@@ -111,6 +122,8 @@ class BinlogOffset:
             d["gtid"] = self.gtid
         if self.server is not None:
             d["server"] = self.server
+        if self.cut:
+            d["cut"] = True
         return d
 
     @classmethod
@@ -118,12 +131,13 @@ class BinlogOffset:
         try:
             server = d.get("server")
             return cls(file=str(d["file"]), pos=int(d["pos"]), gtid=d.get("gtid") or None,
-                       server=None if server is None else str(server))
+                       server=None if server is None else str(server), cut=bool(d.get("cut", False)))
         except KeyError as exc:
             raise ValueError(f"binlog offset {d!r} lacks field {exc.args[0]!r}") from None
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.pos}" + (f" (gtid {self.gtid})" if self.gtid else "")
+        cut = " (cut)" if self.cut else ""
+        return f"{self.file}:{self.pos}{cut}" + (f" (gtid {self.gtid})" if self.gtid else "")
 
 
 def _compare_by_gtid(a: BinlogOffset, b: BinlogOffset) -> int:
@@ -290,7 +304,8 @@ def byte_cuts(start: BinlogOffset, end: BinlogOffset, sizes: dict[str, int], par
     Every reader starts at ``start`` (only there does it know the table maps) and walks over
     the events before its piece without decoding them, which costs ``skip_cost`` of decoding
     them. So piece ``k`` gets ``(1 - skip_cost) ** k`` times the bytes of the first piece. The
-    cuts are byte positions, usually inside an event (see ``MySqlBinlogReader.read_event_rows``).
+    cuts are byte positions (``cut=True``), usually inside a transaction: each piece owns the
+    transactions that begin in it (see ``MySqlBinlogReader.read_event_rows``).
 
     Args:
         start: the slice start.
@@ -322,6 +337,37 @@ def byte_cuts(start: BinlogOffset, end: BinlogOffset, sizes: dict[str, int], par
     return cuts
 
 
+def capped_end(start: BinlogOffset, end: BinlogOffset, sizes: dict[str, int], max_bytes: int) -> BinlogOffset:
+    """``end``, or the cut ``max_bytes`` after ``start`` when the slice ``(start, end]`` holds more.
+
+    Bytes are counted across files (from ``start`` to the end of its file, then each later
+    file from its beginning). Spark writes the result to the offset log before the batch runs
+    and replays a batch with it, so the batch reads the same transactions on every replay.
+
+    Args:
+        start: the batch start.
+        end: the server's current position (a position between transactions).
+        sizes: the server's binlog files and their sizes (``SHOW BINARY LOGS``).
+        max_bytes: the most bytes one batch's slice may span (> 0).
+
+    Returns:
+        ``end`` itself when the slice is short enough, or a file of it is not in ``sizes``
+        (the reader will say why); else a cut (``cut=True``) of ``end``'s server.
+    """
+    if max_bytes <= 0:
+        raise ValueError(f"max_bytes must be > 0, got {max_bytes}")
+    if not start.is_before(end) or not start.same_server(end):
+        return end
+    files = _files_between(start, end, sizes)
+    if files is None:
+        return end
+    spans = [(f, start.pos if f == start.file else 0, end.pos if f == end.file else sizes[f]) for f in files]
+    if sum(max(0, hi - lo) for _, lo, hi in spans) <= max_bytes:
+        return end
+    at = _at_byte(spans, max_bytes)
+    return BinlogOffset(at.file, at.pos, server=end.server, cut=True)
+
+
 def _weight(n: int, skip_cost: float) -> float:
     return sum((1.0 - skip_cost) ** k for k in range(n))
 
@@ -338,7 +384,7 @@ def _files_between(start: BinlogOffset, end: BinlogOffset, sizes: dict[str, int]
 def _at_byte(spans: list[tuple[str, int, int]], offset: int) -> BinlogOffset:
     for file, lo, hi in spans:
         if offset < hi - lo:
-            return BinlogOffset(file, lo + offset)
+            return BinlogOffset(file, lo + offset, cut=True)
         offset -= max(0, hi - lo)
     file, _, hi = spans[-1]
-    return BinlogOffset(file, hi)
+    return BinlogOffset(file, hi, cut=True)

@@ -162,6 +162,7 @@ class MySqlBinlogReader:
         self._flavor: str | None = None
         self._server: str | None = None  # the server's identity (server_identity)
         self._found: dict[tuple[str | None, str, int], BinlogOffset] = {}  # offsets found by GTID
+        self._after_cut: dict[tuple[str | None, str, int], BinlogOffset] = {}  # next_transaction
         self._stream: BinlogStream | None = None
         self._converters: dict[tuple[TableId, int], RowConverter] = {}  # by schema version
         self.history = SchemaHistory(config.history, config.behavior)
@@ -203,7 +204,8 @@ class MySqlBinlogReader:
 
     def read_event_rows(self, start: BinlogOffset, end: BinlogOffset,
                     tables: Collection[TableId] | None = None, *,
-                    decode_from: BinlogOffset | None = None) -> Iterator[EventRows]:
+                    decode_from: BinlogOffset | None = None,
+                    walk_from: BinlogOffset | None = None) -> Iterator[EventRows]:
         """Like :meth:`read`, but one :class:`EventRows` (Arrow tables) per rows event.
 
         The same changes as :meth:`read`, in the same order, with the same slice, resume and end
@@ -211,11 +213,17 @@ class MySqlBinlogReader:
         column-wise into Arrow (``binlog/mysql/rows_decode.py``) unless the table has a column type
         that only the per-row path decodes, in which case its event rows hold that path's values.
 
-        ``decode_from`` splits a slice over several readers: rows events that start before it
-        are walked over but not decoded (a reader must still start at a transaction boundary to
-        know the table maps). ``decode_from`` and ``end`` may then be any byte positions, even
-        inside an event: an event belongs to the piece its first byte lies in, so readers of
-        ``(start, c1]``, ``(start, c2]`` from ``c1``, ... together yield each change once.
+        ``decode_from`` splits a slice over several readers: rows events before it are walked
+        over but not decoded (a reader must still start at a transaction boundary to know the
+        table maps). ``decode_from`` and ``end`` may then be any byte positions, even inside an
+        event. Cuts (``cut=True``, what ``byte_cuts`` and ``capped_end`` make) split by
+        transaction: a transaction belongs to the piece its first event starts in, and the piece
+        reads it to its end, past ``end`` if need be. Other offsets split by event: an event
+        belongs to the piece its first byte lies in. Either way readers of ``(start, c1]``,
+        ``(start, c2]`` from ``c1``, ... together yield each change once. A slice may also start
+        at a cut (the previous batch's end): its reader walks from ``walk_from``, the first
+        transaction that begins at or after the cut when a reader of the slice ending there
+        found it (:meth:`next_transaction`), else from the start of the cut's file.
 
         Raises:
             CdcError: the errors of :meth:`read`, for the same reasons.
@@ -227,10 +235,18 @@ class MySqlBinlogReader:
 
         if decode_from is not None and (decode_from.is_before(start) or end.is_before(decode_from)):
             raise ValueError(f"decode_from {decode_from} is outside the slice ({start}, {end}]")
-        return self._slice(start, end, tables, stream_event_rows, decode_from)
+        if walk_from is not None and (not start.cut or walk_from.is_before(start)):
+            raise ValueError(f"walk_from {walk_from} is not the transaction after the cut {start}")
+        return self._slice(start, end, tables, stream_event_rows, decode_from, walk_from)
+
+    def next_transaction(self, cut: BinlogOffset) -> BinlogOffset | None:
+        """Where the first transaction that begins at or after ``cut`` begins, when a slice this
+        reader read ended at ``cut`` and its walk stopped there (None: not known)."""
+        return self._after_cut.get((cut.server, cut.file, cut.pos))
 
     def _slice(self, start: BinlogOffset, end: BinlogOffset, tables: Collection[TableId] | None,
-               walk: Walk[T], decode_from: BinlogOffset | None = None) -> Iterator[T]:
+               walk: Walk[T], decode_from: BinlogOffset | None = None,
+               walk_from: BinlogOffset | None = None) -> Iterator[T]:
         wanted = self._tables if tables is None else frozenset(tables)
         if not wanted <= self._tables:
             raise ValueError(f"tables {sorted(map(str, wanted - self._tables))} are not configured")
@@ -239,10 +255,11 @@ class MySqlBinlogReader:
                 raise ValueError(f"slice end {end} is before its start {start}")
             if not start.is_before(end):
                 return iter(())
-        return self._read(start, end, wanted, walk, decode_from)
+        return self._read(start, end, wanted, walk, decode_from, walk_from)
 
     def _read(self, start: BinlogOffset, end: BinlogOffset, wanted: frozenset[TableId],
-              walk: Walk[T], decode_from: BinlogOffset | None) -> Iterator[T]:
+              walk: Walk[T], decode_from: BinlogOffset | None,
+              walk_from: BinlogOffset | None = None) -> Iterator[T]:
         finished, resumes = False, 0
         try:
             start, end = self.local(start), self.local(end)
@@ -252,7 +269,8 @@ class MySqlBinlogReader:
                 finished = True
                 return
             first = start if decode_from is None else decode_from
-            stream = self._stream_at(start)
+            cut_end = end
+            stream = self._stream_at(walk_from if walk_from is not None and start.cut else walk_start(start))
             deadline = time.monotonic() + self.config.end_wait_timeout
             while True:
                 stream.decode_from(first)
@@ -264,6 +282,8 @@ class MySqlBinlogReader:
                     continue
                 if not stream.eof:
                     finished = True
+                    if cut_end.cut and stream.next_transaction is not None:
+                        self._after_cut[cut_end.server, cut_end.file, cut_end.pos] = stream.next_transaction
                     return
                 if stream.resume_offset().is_at_or_after(end):  # last events were filtered out
                     self._drop_stream()
@@ -522,6 +542,15 @@ class MySqlBinlogReader:
             f"{end}, and did not grow to it within {self.config.end_wait_timeout:.0f}s. The end "
             "must be a position the server reported (SHOW MASTER STATUS); was the server "
             "restored or failed over?", position=str(at), end=str(end))
+
+
+def walk_start(start: BinlogOffset) -> BinlogOffset:
+    """Where a reader of a slice from ``start`` opens its stream: ``start`` itself, or for a cut
+    (which may lie inside a transaction) the start of its file; the transactions that begin
+    before the cut are walked over, not decoded."""
+    if not start.cut:
+        return start
+    return BinlogOffset(start.file, 4, server=start.server)
 
 
 def _not_here(offset: BinlogOffset, now: BinlogOffset, address: str, detail: str = "") -> InvalidBinlogPosition:

@@ -207,9 +207,12 @@ class BinlogStream:
         self.usable = True  # False once an event beyond a slice end was read
         self.last: ChangeKey | None = skip_through  # the last change handed out
         self.hold: BinlogOffset | None = None  # restart here: rows read but not handed out yet
+        self.next_transaction: BinlogOffset | None = None  # where the walk past a cut end stopped
         self._skip = skip_through
         self._index = _file_index(at.file)
-        self._first = (self._index, at.pos)  # rows events starting before this are not wanted
+        self._txn = (self._index, at.pos)  # where the transaction being read began (``boundary``)
+        self._first = self._txn  # rows events (or transactions, _by_txn) before this are not wanted
+        self._by_txn = False
         self._converter = converter
         self._on_query = on_query
         self._maps: dict[int, TableMap] = {}  # by binlog table id, like the library's
@@ -224,14 +227,20 @@ class BinlogStream:
         so a later resume never goes back before the new slice.
         """
         if self.usable and not self.eof and self.file == offset.file and self.pos == offset.pos:
-            self.boundary = offset
+            self._begin(offset)
             return True
         return False
 
     def decode_from(self, offset: BinlogOffset) -> None:
-        """Hand out only the rows events that start at or after ``offset`` (any byte position;
-        the events before it are still walked, for their table maps and context)."""
-        self._first = (_file_index(offset.file), offset.pos)
+        """Hand out only the rows events that start at or after ``offset``, or for a cut the rows
+        events of the transactions that begin at or after it (any byte position; the events
+        before it are still walked, for their table maps and context)."""
+        self._first, self._by_txn = (_file_index(offset.file), offset.pos), offset.cut
+
+    def _begin(self, at: BinlogOffset) -> None:
+        """A transaction (or a file) begins at ``at``: the resume point and owner of its rows."""
+        self.boundary = at
+        self._txn = (self._index, at.pos)
 
     def resume_offset(self) -> BinlogOffset:
         """Where mysql-replication stopped reading (it also counts events it filtered out)."""
@@ -270,7 +279,7 @@ class BinlogStream:
             StreamLost: the connection dropped.
             BinlogNotConfigured: an event the reader cannot decode faithfully.
         """
-        end_key = (_file_index(end.file), end.pos)
+        end_key, cut = (_file_index(end.file), end.pos), end.cut
         while True:
             ev = self.lib.fetchone()
             if ev is None:
@@ -282,23 +291,27 @@ class BinlogStream:
                     self._rotate(ev)
                 continue
             start = header.log_pos - header.event_size
-            if (self._index, start) >= end_key:
+            if (self._index, start) >= end_key and (not cut or _begins_transaction(ev)):
                 self.usable = False  # read past end: this connection cannot continue from end
+                if cut:  # the first transaction that begins at or after the cut
+                    self.next_transaction = BinlogOffset(self.file, start)
                 return
             if isinstance(ev, RowsEvent):
-                at = self._rows_at(ev, start, wanted) if (self._index, start) >= self._first else None
+                owner = self._txn if self._by_txn else (self._index, start)
+                at = self._rows_at(ev, start, wanted) if owner >= self._first else None
                 if at is not None:
                     yield ev, at
             elif isinstance(ev, RotateEvent):
                 self._rotate(ev)
                 if (self._index, self.pos) >= end_key:
+                    self.next_transaction = self.boundary if cut else None  # a file's start
                     return
                 continue
             else:
                 self._track(ev, start)
             self.pos = header.log_pos
-            if (self._index, self.pos) >= end_key:
-                return
+            if not cut and (self._index, self.pos) >= end_key:
+                return  # (a cut end reads its last transaction on, to the next one's start)
 
     def _rows_at(self, ev: Any, start: int, wanted: frozenset[TableId]) -> RowsAt | None:
         table_map = self._maps.get(ev.table_id)
@@ -355,7 +368,7 @@ class BinlogStream:
             names = tuple(c.name for c in ev.columns)
             self._maps[ev.table_id] = TableMap(TableId(ev.schema, ev.table), names, ev.columns)
         elif isinstance(ev, (GtidEvent, MariadbGtidEvent)):
-            self.boundary = BinlogOffset(self.file, start)
+            self._begin(BinlogOffset(self.file, start))
             self._gtid, self._thread, self._query = ev.gtid, None, None
         elif isinstance(ev, QueryEvent):
             if ev.query == "BEGIN":
@@ -377,7 +390,7 @@ class BinlogStream:
     def _unknown(self, ev: Any, start: int) -> None:
         kind = ev.packet.event_type
         if kind == _ANONYMOUS_GTID_LOG_EVENT:  # MySQL with gtid_mode=OFF: a transaction starts
-            self.boundary = BinlogOffset(self.file, start)
+            self._begin(BinlogOffset(self.file, start))
             self._gtid, self._thread, self._query = None, None, None
         elif kind == _TRANSACTION_PAYLOAD_EVENT:
             raise BinlogNotConfigured(
@@ -388,7 +401,7 @@ class BinlogStream:
     def _rotate(self, ev: Any) -> None:
         self.file, self.pos = ev.next_binlog, ev.position
         self._index = _file_index(self.file)
-        self.boundary = BinlogOffset(self.file, self.pos)
+        self._begin(BinlogOffset(self.file, self.pos))
         if ev.timestamp != 0:  # a real rotation; the library forgets its table maps here too
             self._maps.clear()
 
@@ -449,6 +462,13 @@ def _require_full_image(ev: Any, table_id: TableId, file: str, start: int) -> No
             "binlog_row_image other than FULL. Set binlog_row_image=FULL (my.cnf and SET GLOBAL), "
             "restart the writers and take a new snapshot",
             table=str(table_id), position=f"{file}:{start}")
+
+
+def _begins_transaction(ev: Any) -> bool:
+    """Whether ``ev`` is the first event of a transaction (its GTID event, or MySQL's anonymous one)."""
+    if isinstance(ev, (GtidEvent, MariadbGtidEvent)):
+        return True
+    return isinstance(ev, NotImplementedEvent) and ev.packet.event_type == _ANONYMOUS_GTID_LOG_EVENT
 
 
 @functools.lru_cache(maxsize=64)

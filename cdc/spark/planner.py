@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from binlog.dialect import Dialect
+from binlog.dialect import Dialect, SupportsBatchCap
 from cdc.model.positions import Offset
 from cdc.model.schema import TableId, TableSchema
 from cdc.spark.offsets import Ranges, SourceOffset, TableProgress, TableState
@@ -94,7 +94,8 @@ class Planner:
         tables = {str(t): TableProgress(state) for t in sorted(self.schemas)}
         return SourceOffset(position=position, ts_ms=_now_ms(), tables=tables)
 
-    def plan(self, start: SourceOffset, target: Offset | None = None) -> SourceOffset:
+    def plan(self, start: SourceOffset, target: Offset | None = None,
+             max_bytes: int | None = None) -> SourceOffset:
         """The next batch's end offset, or ``start`` itself when there is nothing to do.
 
         With ``backfill_skip`` a batch emits the chunks it assigns, read by its own tasks, as of
@@ -106,37 +107,42 @@ class Planner:
             start: the end of the last committed batch.
             target: for available-now runs, the log position to stop at once the snapshot
                 is done.
+            max_bytes: the most bytes of log a batch that emits no chunks reads (Spark's
+                ``ReadMaxBytes``; None: up to the server's position). A batch that emits chunks
+                is not capped: its end is their HW, which must follow the previous batch's SELECTs.
         """
         if self.options.backfill_skip:
-            return self._plan_without_backfill(start, target)
+            return self._plan_without_backfill(start, target, max_bytes)
         tables = self._with_new_tables(start.tables)
         tables = self._mark_emitted(tables, start.stage)
         budget = min(self.options.chunks_per_batch, max(self.options.warmup_chunks, 4 * _count(start.stage)))
         stage, tables = self._assign(tables, budget)
-        hw = self._high_watermark(start, emitting=bool(start.stage), target=target)
+        hw = self._high_watermark(start, emitting=bool(start.stage), target=target, max_bytes=max_bytes)
         if not stage and not start.stage and hw.compare(start.position) == 0 and tables == start.tables:
             return start
         end = SourceOffset(position=hw, ts_ms=_now_ms(), tables=tables, stage=stage, emit=dict(start.stage))
         log.info("planned batch: stage %s, emit %s, log at %s", _count(stage), _count(end.emit), hw)
         return end
 
-    def _plan_without_backfill(self, start: SourceOffset, target: Offset | None) -> SourceOffset:
+    def _plan_without_backfill(self, start: SourceOffset, target: Offset | None,
+                               max_bytes: int | None) -> SourceOffset:
         tables = self._with_new_tables(start.tables)
         emit, tables = self._assign(tables, self.options.chunks_per_batch)
         tables = self._mark_emitted(tables, emit)
-        hw = self._high_watermark(start, emitting=bool(emit), target=target)
+        hw = self._high_watermark(start, emitting=bool(emit), target=target, max_bytes=max_bytes)
         if not emit and hw.compare(start.position) == 0 and tables == start.tables:
             return start
         end = SourceOffset(position=hw, ts_ms=_now_ms(), tables=tables, emit=emit)
         log.info("planned batch: read and emit %s (no backfill), log at %s", _count(emit), hw)
         return end
 
-    def _high_watermark(self, start: SourceOffset, *, emitting: bool, target: Offset | None) -> Offset:
+    def _high_watermark(self, start: SourceOffset, *, emitting: bool, target: Offset | None,
+                        max_bytes: int | None) -> Offset:
         """The log end of the next batch; never behind ``start``.
 
         A batch that emits chunks takes the current position: it is their HW and must be after
-        every SELECT of the previous batch. Otherwise snapshot-only runs stay where they are and
-        available-now runs stop at their target.
+        every SELECT of the previous batch. Otherwise snapshot-only runs stay where they are,
+        available-now runs stop at their target, and a long slice ends after ``max_bytes``.
         """
         hw = self.dialect.current_offset(self.connection())
         if not emitting:
@@ -144,6 +150,12 @@ class Planner:
                 hw = start.position
             elif target is not None and target.is_before(hw):
                 hw = target
+            if max_bytes and isinstance(self.dialect, SupportsBatchCap) and start.position.is_before(hw):
+                capped = self.dialect.capped_end(self.connection, start.position, hw, max_bytes)
+                if capped.is_before(hw):
+                    log.info("log slice from %s capped at %d bytes: ends at %s (the server is at %s)",
+                             start.position, max_bytes, capped, hw)
+                hw = capped
         return start.position if hw.is_before(start.position) else hw
 
     def forget_emitted(self, committed: SourceOffset) -> None:

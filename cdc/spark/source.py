@@ -32,9 +32,20 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    SupportsTriggerAvailableNow,
+)
 
-from binlog.dialect import Dialect, SupportsLogRelease, SupportsSchemaHistory, SupportsSplitSlices
+from binlog.dialect import (
+    Dialect,
+    SupportsBatchCap,
+    SupportsLogRelease,
+    SupportsSchemaHistory,
+    SupportsSplitSlices,
+)
 from binlog.registry import DIALECTS, create_dialect
 from cdc.model.config import parse_section
 from cdc.model.errors import ConfigError
@@ -211,11 +222,20 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict[str, Any]:
         return self.planner.initial().to_dict()
 
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """``ReadMaxBytes(source.max_batch_bytes)`` when the dialect caps its batches (driver)."""
+        dialect = self.spec.dialect
+        cap = dialect.max_batch_bytes() if isinstance(dialect, SupportsBatchCap) else None
+        return ReadMaxBytes(cap) if cap else ReadAllAvailable()
+
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        """The next batch's end (driver, once per batch). Spark passes the default read limit,
+        or ``ReadAllAvailable`` where its trigger wants everything (``Trigger.Once``)."""
         begin = self._offset(start)
         self.spec.hooks.reached("plan")
         self.planner.forget_emitted(begin)  # `start` ends the last committed batch
-        return self.planner.plan(begin, self.target).to_dict()
+        max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else None
+        return self.planner.plan(begin, self.target, max_bytes).to_dict()
 
     def prepareForTriggerAvailableNow(self) -> None:
         self.target = self.spec.dialect.current_offset(self.planner.connection())

@@ -47,6 +47,11 @@ log = logging.getLogger(__name__)
 
 Changes = dict[TableId, "pa.Table | list[StagedFile]"]  # rows, or changelog files holding them
 
+# A coalesced MERGE takes queued batches up to about this many change rows (at least one batch):
+# the rows are read into the driver for it, so a backlog queued behind a slow MERGE must not
+# arrive all at once (source.max_batch_bytes bounds one batch).
+MERGE_ROWS = 500_000
+
 
 class ChangelogGap(CdcError, Terminal):
     """The mirror is behind the changelog, and the changelog no longer holds the missing commits."""
@@ -136,7 +141,8 @@ class MirrorFollower:
                     return
                 work, self._queue, self._busy = self._queue, [], True
             try:
-                self._merge(work)
+                for group in _groups(work, MERGE_ROWS):
+                    self._merge(group)
             except BaseException as exc:  # handed to the caller's next submit/drain
                 log.error("mirror MERGE of batches %d..%d failed: %s", work[0][0], work[-1][0], exc)
                 with self._cond:
@@ -174,6 +180,24 @@ class MirrorFollower:
             return -1
         version = table.transaction_version(self.sink.app_id)
         return -1 if version is None else int(version)
+
+
+def _rows_in(changes: Changes) -> int:
+    return sum(c.num_rows if isinstance(c, pa.Table) else sum(f.num_records for f in c) for c in changes.values())
+
+
+def _groups(work: list[tuple[int, Changes]], max_rows: int) -> list[list[tuple[int, Changes]]]:
+    """Consecutive queued batches, each group up to ``max_rows`` change rows (or one batch)."""
+    groups: list[list[tuple[int, Changes]]] = []
+    rows = 0
+    for item in work:
+        n = _rows_in(item[1])
+        if not groups or rows + n > max_rows:
+            groups.append([])
+            rows = 0
+        groups[-1].append(item)
+        rows += n
+    return groups
 
 
 def changelog_batches_after(sink: DeltaTables, schema: TableSchema, after: int) -> list[tuple[int, pa.Table]]:
