@@ -115,7 +115,24 @@ def _identity(row: dict[str, Any], key: tuple[str, ...]) -> tuple[Any, ...]:
     return tuple(row[k] for k in key) if key else tuple(sorted(row.items(), key=lambda kv: kv[0]))
 
 
-def assert_mirror_equals_source(p: Pipeline, table: str, schema: TableSchema) -> None:
+def assert_mirror_equals_source(p: Pipeline, table: str, schema: TableSchema,
+                                initial: list[dict[str, Any]] | None = None) -> None:
+    """The mirror holds the source's rows. With ``initial`` (the table's rows when the pipeline
+    started; a single-column key) DDL may have happened on the way: every mirror column is
+    checked under ``lenient`` (:func:`lenient_rows`, the binlog telling each row's last change)."""
+    if initial is not None:
+        [k] = schema.primary_key
+        with contextlib.closing(p.box.admin.connect()) as conn:
+            end = current_offset(conn)
+        mirror_rows = {r[k]: r for r in p.mirror(table).to_pylist()}
+        columns = p.mirror(table).schema.names
+        expected = lenient_rows(p.source_rows(table), initial, reference_changes(p, schema, end), k, columns)
+        assert sorted(mirror_rows) == sorted(expected), (
+            f"{table}: missing {sorted(set(expected) - set(mirror_rows))[:5]}, "
+            f"extra {sorted(set(mirror_rows) - set(expected))[:5]}")
+        differ = [(i, mirror_rows[i], expected[i]) for i in sorted(expected) if mirror_rows[i] != expected[i]]
+        assert not differ, f"{table}: {len(differ)} rows differ (mirror, expected): {differ[:3]}"
+        return
     key = schema.primary_key or tuple(schema.column_names)
     mirror = Counter(_identity(r, tuple(key)) for r in _normalize(p.mirror(table).to_pylist(), schema))
     source = Counter(_identity(r, tuple(key)) for r in _normalize(p.source_rows(table), schema))
@@ -125,6 +142,22 @@ def assert_mirror_equals_source(p: Pipeline, table: str, schema: TableSchema) ->
         by_key = {_identity(r, key): r for r in _normalize(p.source_rows(table), schema)}
         for r in _normalize(p.mirror(table).to_pylist(), schema):
             assert r == by_key[_identity(r, key)], (table, r, by_key[_identity(r, key)])
+
+
+def lenient_rows(rows: list[dict[str, Any]], initial: list[dict[str, Any]], changes: list[Any], key: str,
+                 columns: list[str]) -> dict[Any, dict[str, Any]]:
+    """The mirror ``lenient`` makes of the source ``rows`` (docs/schema-evolution.md), by key.
+
+    ``changes`` are the binlog changes since ``initial`` (the rows then), in log order, each
+    image holding the columns of the schema version it was written under. A row keeps, in a
+    column its last change did not have, null (the column came later); in a column the source
+    no longer has, that change's value; elsewhere the source's value."""
+    last = {r[key]: r for r in initial}
+    for c in changes:
+        if c.op != "d":
+            last[c.after[key]] = c.after
+    return {row[key]: {c: (row[c] if c in row else last[row[key]][c]) if c in last[row[key]] else None
+                       for c in columns} for row in rows}
 
 
 def _normalize(rows: list[dict[str, Any]], schema: TableSchema) -> list[dict[str, Any]]:

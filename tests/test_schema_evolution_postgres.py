@@ -340,3 +340,64 @@ def test_a_crash_after_a_ddl_replays_the_older_rows_with_the_old_version(pipelin
     assert len(keys) == len(set(keys)) == 12
     assert [r["schema_version"] for r in log] == [0] + [1] * 11
     assert log[0]["after"] == {"id": 3, "name": "n3", "qty": -1, "old": "o3", "note": None}
+
+
+# ---- DDL among random writers, a SIGKILL just after the last (issue #17, item 6) ----------------------
+
+PG_DDL_MIX: list[tuple[tuple[str, ...], dict[str, Any]]] = [  # each after one more committed batch
+    (("ALTER TABLE w ADD COLUMN note varchar(20)",), {"text": ("v", "note")}),
+    (("ALTER TABLE w ALTER COLUMN n TYPE bigint", "ALTER TABLE w ALTER COLUMN v TYPE varchar(80)"), {"wide": True}),
+    (("ALTER TABLE w RENAME COLUMN v TO title",), {"text": ("title", "note")}),
+    (("ALTER TABLE w DROP COLUMN note",), {"text": ("title",)}),
+]
+
+
+@pytest.mark.slow  # a snapshot run, one driver process killed, a catch-up run
+def test_ddl_among_random_writers_just_before_a_sigkill_is_exact(pipeline: PgPipeline) -> None:
+    """ADD, ALTER TYPE (widen), RENAME and DROP COLUMN among random writers during the stream, the
+    driver SIGKILLed right after the last; then the mirror under ``lenient``, each change once in
+    the changelog, and its replay rebuilding the table as it was before each DDL."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from ddl_writers import PgDdlRandomWriter, assert_pg_exact_under_ddl, wait_for_statements
+    from pipeline import writing
+    from test_pipeline import wait_for_batches
+
+    p = pipeline
+    sql(p, "CREATE TABLE w (id int PRIMARY KEY, v varchar(40), n int)",
+        "INSERT INTO w SELECT i * 2, 'v' || i, i FROM generate_series(0, 299) AS i")
+    initial = p.source_rows("w")
+    p.run()  # the snapshot; the DDL comes during the stream
+    writer = PgDdlRandomWriter(p, "w", seed=29, key_space=500)  # rows 506-598 stay as read
+    cuts = []
+    with writing(writer):  # type: ignore[arg-type]
+        errors = p.workdir / "driver.err"
+        with open(errors, "w") as err:
+            driver = subprocess.Popen([sys.executable, str(Path(__file__).parent / "driver_process.py"),
+                                       json.dumps(p.raw_config())], stdout=subprocess.PIPE, stderr=err, text=True,
+                                      start_new_session=True)
+        try:
+            for statements, columns in PG_DDL_MIX:
+                wait_for_batches(driver, 1)
+                cuts.append(writer.alter(*statements, **columns))
+        except AssertionError:
+            raise AssertionError(f"driver: {errors.read_text()[-3000:]}") from None
+        finally:
+            os.killpg(driver.pid, signal.SIGKILL)  # the driver, its JVM, Python workers and open peeks
+            driver.wait(timeout=60)
+        wait_for_statements(writer, 20)  # changes under the last DDL, for the catch-up run
+    assert writer.error is None and writer.statements > 100, writer.error
+    p.run()  # restart from the checkpoint and catch up
+    schema = p.schemas()[TableId(p.schema, "w")]
+    assert schema.column_names == ["id", "title", "n"]
+    assert p.mirror("w").schema.names == ["id", "v", "n", "note", "title"]
+    assert p.mirror("w").schema.field("n").type == pa.int64()
+    assert_pg_exact_under_ddl(p, "w", schema, initial, cuts)
+    mirror = p.mirror("w").to_pylist()
+    assert all(r["v"] is not None and r["title"] is None for r in mirror if r["id"] > 510), "untouched since the snapshot"
+    assert any(r["v"] is None and r["title"] is not None for r in mirror), "changed after the rename"
+    versions = {r["schema_version"] for r in p.changelog("w").to_pylist() if r["op"] != "r"}
+    assert versions == {0, 1, 2, 3, 4}, "both widenings make one version: Postgres shows them at the next change"
