@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from cdc.model.config import SourceConfig
 from cdc.model.events import ChangeEvent
-from cdc.model.history import HistoryStore
+from cdc.model.history import HistoryStore, SchemaHistory
 from cdc.model.positions import Offset
 from cdc.model.schema import Column, TableId, TableSchema
 from chunking.chunks import KeyOrder, SnapshotSplit
@@ -217,14 +217,19 @@ class SupportsLogRelease(ABC):
         the low watermark of any chunk still to be emitted; never moves backwards."""
 
 
-class SupportsSchemaHistory(ABC):
+class SupportsSchemaHistory:
     """A dialect that follows DDL with a schema history kept in the job's state
     (:mod:`cdc.model.history`, docs/schema-evolution.md)."""
 
-    @abstractmethod
+    history_store: HistoryStore | None = None  # the job's state directory, once bound
+
     def use_schema_history(self, store: HistoryStore, schemas: dict[TableId, TableSchema]) -> None:
         """Keep the history in ``store`` from now on, starting each table without one at
         ``schemas`` (driver, before the dialect is pickled to executors)."""
+        history = SchemaHistory(store)
+        for schema in schemas.values():
+            history.start(schema)  # version 0 for a table without a history (a first start)
+        self.history_store = store
 
 
 class SupportsSplitSlices(ABC):

@@ -60,9 +60,7 @@ from cdc.model.errors import ConfigError, InvalidBinlogPosition, SchemaChanged
 from cdc.model.events import ChangeEvent
 from cdc.model.history import (
     Behavior,
-    HistoryStore,
     SchemaChange,
-    SchemaHistory,
     SchemaVersion,
     project_rows,
     with_schema,
@@ -88,13 +86,6 @@ class MySqlDialect(Dialect, SupportsSplitSlices, SupportsBatchCap, SupportsSchem
             raise TypeError(f"the mysql dialect needs a MySqlSourceConfig, not {type(config).__name__}")
         super().__init__(config)
         self.mysql = config
-        self.history_store: HistoryStore | None = None  # the job's state directory, once bound
-
-    def use_schema_history(self, store: HistoryStore, schemas: dict[TableId, TableSchema]) -> None:
-        history = SchemaHistory(store)
-        for schema in schemas.values():
-            history.start(schema)  # version 0 for a table without a history (a first start)
-        self.history_store = store
 
     # Where the first transaction after a cut begins (the end of a capped batch), found by the
     # reader of the batch that ends there and kept in the state directory, so that the next

@@ -51,7 +51,6 @@ from binlog.postgres.types import (
 from cdc.model.config import SourceConfig
 from cdc.model.envelope import source_block
 from cdc.model.errors import ConfigError
-from cdc.model.history import HistoryStore, SchemaHistory
 from cdc.model.positions import Offset
 from cdc.model.schema import Column, TableId, TableSchema
 from chunking.chunks import KeyValue, SnapshotSplit, SortKey
@@ -85,13 +84,6 @@ class PostgresDialect(Dialect, SupportsLogRelease, SupportsSchemaHistory, Postgr
             raise TypeError(f"the postgres dialect needs a PostgresSourceConfig, not {type(config).__name__}")
         super().__init__(config)
         self.postgres = config
-        self.history_store: HistoryStore | None = None  # the job's state directory, once bound
-
-    def use_schema_history(self, store: HistoryStore, schemas: dict[TableId, TableSchema]) -> None:
-        history = SchemaHistory(store)
-        for schema in schemas.values():
-            history.start(schema)  # version 0 for a table without a history (a first start)
-        self.history_store = store
 
     @property
     def settings(self) -> PgSettings:
