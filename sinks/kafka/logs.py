@@ -35,6 +35,11 @@ class Repeats(logging.Filter):
         self._shown: dict[str, tuple[float, int]] = {}  # shape -> (when shown, held back since)
         self._lock = threading.Lock()
 
+    def reset(self) -> None:
+        """Forget what was shown: the next line of every kind passes."""
+        with self._lock:
+            self._shown.clear()
+
     def filter(self, record: logging.LogRecord) -> bool:
         text = record.getMessage()
         shape = _DIGITS.sub("#", text)
