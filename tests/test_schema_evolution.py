@@ -31,7 +31,7 @@ from pipeline import (
     writing,
 )
 
-from binlog.mysql.ddl import parse_ddl
+from binlog.mysql.ddl import may_name, parse_ddl
 from binlog.mysql.positions import BinlogOffset
 from binlog.mysql.reader import BinlogReaderOptions, MySqlBinlogReader, current_offset
 from binlog.mysql.types import mysql_column, mysql_table
@@ -89,6 +89,18 @@ def test_a_create_table_the_parser_cannot_read_is_recognised_with_no_columns() -
     [change] = parse_ddl("shop", sql, lambda t: t == T, lambda t: BASE)
     assert (change.table, change.kind, change.schema) == (T, "create", None)
     assert parse_ddl("shop", sql.replace("`t`", "other"), lambda t: t == T, lambda t: BASE) == []
+
+
+def test_only_statements_that_name_a_captured_table_are_parsed() -> None:
+    """The reader parses a DDL statement only when one of its identifiers is a captured table's
+    name: a binlog full of other tables' DDL (``t0``, ``other``) costs no sqlglot parse."""
+    names = frozenset({"t", "orders"})
+    for sql in ("ALTER TABLE t ADD z INT", "alter table `shop`.`T` add z int", "RENAME TABLE x TO t",
+                "ALTER TABLE x RENAME TO `orders`", "DROP TABLE a, shop.t", "TRUNCATE `Orders`"):
+        assert may_name(sql, names), sql
+    for sql in ("CREATE TABLE t0 (id INT PRIMARY KEY)", "ALTER TABLE other ADD tt INT",
+                "DROP TABLE `orders_old`", "CREATE TABLE shop.`t.x` (id INT)"):
+        assert not may_name(sql, names), sql
 
 
 def test_lenient_keeps_every_column_and_widens() -> None:

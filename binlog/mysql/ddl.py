@@ -18,7 +18,7 @@ unsigned``, ``decimal(10,2)``); their Arrow types come from :func:`binlog.mysql.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -40,6 +40,7 @@ _CREATE_TABLE = re.compile(r"^\s*(?:/\*.*?\*/\s*)*create\s+table\s+(?:if\s+not\s
                            r"((?:`(?:[^`]|``)+`|[\w$]+)(?:\s*\.\s*(?:`(?:[^`]|``)+`|[\w$]+))?)", re.I | re.S)
 _RENAME_TABLE = re.compile(r"^\s*rename\s+tables?\s+(.*)$", re.I | re.S)
 _IDENT = r"(?:`(?:[^`]|``)+`|[\w$]+)"
+_IDENT_RE = re.compile(_IDENT)
 _NAME = re.compile(rf"({_IDENT})(?:\s*\.\s*({_IDENT}))?")
 _STRING_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set"}
 _TEMPORAL = {"datetime", "timestamp", "time"}
@@ -67,6 +68,17 @@ class TableDdl:
 def is_ddl(sql: str) -> bool:
     """True for a statement that may change a table's definition (cheap: no parsing)."""
     return bool(_DDL_START.match(sql)) and not _TABLE_OBJECT.match(sql) and not _TEMPORARY.match(sql)
+
+
+def may_name(sql: str, table_names: Collection[str]) -> bool:
+    """False when ``sql`` names none of ``table_names`` (lower case), so it needs no parse.
+
+    Every statement that changes a table names it, quoted or not (``DROP DATABASE`` is not
+    followed), so a statement none of whose identifiers is a captured table's name, ignoring
+    case, changes none of them. A server's binlog holds the DDL of every database; sqlglot takes
+    about half a millisecond a statement, which a walk over thousands of other tables' DDL pays.
+    """
+    return any(_unquote(m.group(0)).lower() in table_names for m in _IDENT_RE.finditer(sql))
 
 
 def parse_ddl(db: str, sql: str, captured: Callable[[TableId], bool],

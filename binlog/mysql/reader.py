@@ -53,7 +53,7 @@ import pymysql
 
 from binlog.mysql.connection import Endpoint
 from binlog.mysql.convert import RowConverter
-from binlog.mysql.ddl import TableDdl, is_ddl, parse_ddl
+from binlog.mysql.ddl import TableDdl, is_ddl, may_name, parse_ddl
 from binlog.mysql.event_rows import EventRows
 from binlog.mysql.positions import BinlogOffset, ChangePosition, GtidSet
 from binlog.mysql.server import (
@@ -158,6 +158,7 @@ class MySqlBinlogReader:
         self.stream_opens = 0  # replication streams opened (one COM_BINLOG_DUMP each)
         self.reconnects = 0  # streams resumed after their connection was lost
         self._tables = frozenset(config.tables)
+        self._table_names = frozenset(t.table.lower() for t in self._tables)  # may_name's filter
         self._conn: Any = None
         self._flavor: str | None = None
         self._server: str | None = None  # the server's identity (server_identity)
@@ -466,7 +467,7 @@ class MySqlBinlogReader:
 
     def _on_query(self, db: str, sql: str, file: str, start: int, end: int) -> None:
         """Follow a DDL statement of the walk: record the versions it makes (stream thread)."""
-        if not is_ddl(sql):
+        if not is_ddl(sql) or not may_name(sql, self._table_names):
             return
         index = int(file.rsplit(".", 1)[1])
 
