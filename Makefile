@@ -25,7 +25,7 @@ TEST_WORKERS ?= 2
 TEST_JVM_OPTS ?= -XX:TieredStopAtLevel=1 -XX:+UseSerialGC
 
 test: setup lint typecheck
-	SPARK_SUBMIT_OPTS="$(TEST_JVM_OPTS)" $(PY) -m pytest -q --durations=15 \
+	SPARK_SUBMIT_OPTS="$(TEST_JVM_OPTS)" $(PY) -m pytest -q --durations=25 \
 	  $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist worksteal)
 
 lint: setup

@@ -122,3 +122,27 @@ def spark() -> Iterator[Any]:
 
 # The servers of the other seams' implementations: tests/postgres_server.py, tests/kafka_broker.py.
 pytest_plugins = ["postgres_server", "kafka_broker"]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist, start every worker on its share of the ``slow`` tests.
+
+    The work-stealing scheduler hands each of the W workers a contiguous 1/W of the collection
+    and lets an idle worker steal from the tail of a busy one's queue. Slow tests dealt round-robin
+    to the head of each share leave short tests at the tails, so the run does not end with one
+    worker idle while the other is minutes into a SIGKILL suite. Every worker computes the same
+    order (xdist checks), and a run without workers keeps the collection order.
+    """
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers < 2:
+        return
+    slow = [i for i in items if i.get_closest_marker("slow")]
+    fast = [i for i in items if not i.get_closest_marker("slow")]
+    share = len(items) // workers  # the scheduler's split: len // W each, the last takes the rest
+    ordered: list[pytest.Item] = []
+    for w in range(workers):
+        head = slow[w::workers]
+        size = share if w < workers - 1 else len(items) - len(ordered)
+        ordered += head + fast[:max(0, size - len(head))]
+        fast = fast[max(0, size - len(head)):]
+    items[:] = ordered + fast

@@ -126,6 +126,7 @@ def _wait_for(log: Path, text: str, proc: subprocess.Popen[bytes], timeout: floa
         time.sleep(0.3)
 
 
+@pytest.mark.slow
 def test_sigterm_stops_cleanly_and_spark_submit_resumes(tmp_path: Path, mysql_server: Sandbox, database: str,
                                                         admin: Any) -> None:
     with admin.cursor() as cur:

@@ -181,6 +181,7 @@ def test_random_batches_match_model_delta_rs(schema: TableSchema, data: st.DataO
 
 
 # delta-spark runs each MERGE as a Spark job (about a second here): fewer examples keep it short.
+@pytest.mark.slow
 @pytest.mark.parametrize("schema", [SINGLE_KEY, COMPOSITE_KEY, WIDE_KEY],
                          ids=["single-key", "composite-key", "wide-key"])
 @settings(max_examples=6, deadline=None,

@@ -215,6 +215,7 @@ def test_table_added_to_a_running_checkpoint_is_snapshotted_then_streamed(
     assert TableId(pipeline.database, "second") in pipeline.schemas()
 
 
+@pytest.mark.slow
 @ENGINES
 def test_driver_killed_at_random_moments_is_exact(pipeline: Pipeline, admin: Any, mysql_server: Sandbox) -> None:
     """SIGKILL the driver process several times while writers run, then catch up and check."""
@@ -254,6 +255,7 @@ def wait_for_batches(driver: subprocess.Popen[str], n: int, timeout: float = 300
         seen += line.startswith("batch ")
 
 
+@pytest.mark.slow
 @ENGINES
 def test_fan_out_to_two_sinks_is_exact_in_each_across_a_crash_between_their_commits(
     pipeline: Pipeline, admin: Any, mysql_server: Sandbox,
@@ -362,6 +364,7 @@ def test_fan_out_to_delta_and_kafka_is_exact_in_each_across_a_crash_between_thei
     check_kafka(kafka_pipeline, kafka_broker.bootstrap_servers, prefix)
 
 
+@pytest.mark.slow
 def test_kafka_driver_killed_at_random_moments_is_exact(kafka_pipeline: Pipeline, admin: Any, mysql_server: Sandbox,
                                                         kafka_broker: Any) -> None:
     """SIGKILL the driver (and with it the open Kafka transaction) several times while writers
