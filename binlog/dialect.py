@@ -217,6 +217,19 @@ class SupportsLogRelease(ABC):
         the low watermark of any chunk still to be emitted; never moves backwards."""
 
 
+class SupportsTableJoin(ABC):
+    """A dialect whose server must be prepared before a table that joins a running job can be
+    captured (Postgres: the role must read it and the publication must list it)."""
+
+    @abstractmethod
+    def prepare_join(self, conn: Any, tables: Sequence[TableId]) -> None:
+        """Make ``tables`` capturable, where the role may (driver; at start and when tables join).
+
+        Raises:
+            MissingPrivilege: the role may not; the message names the statement to run.
+        """
+
+
 class SupportsSchemaHistory:
     """A dialect that follows DDL with a schema history kept in the job's state
     (:mod:`cdc.model.history`, docs/schema-evolution.md)."""

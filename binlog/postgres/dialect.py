@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 from psycopg import sql
 
-from binlog.dialect import Dialect, SupportsLogRelease, SupportsSchemaHistory
+from binlog.dialect import Dialect, SupportsLogRelease, SupportsSchemaHistory, SupportsTableJoin
 from binlog.postgres.checks import PostgresSourceReport
 from binlog.postgres.config import PostgresSourceConfig
 from binlog.postgres.positions import LsnOffset
@@ -72,7 +72,7 @@ def key_sql(column: Column) -> str:
     return f'{k} COLLATE "C"' if pa.types.is_string(column.arrow) else k
 
 
-class PostgresDialect(Dialect, SupportsLogRelease, SupportsSchemaHistory, PostgresSourceReport):
+class PostgresDialect(Dialect, SupportsLogRelease, SupportsSchemaHistory, SupportsTableJoin, PostgresSourceReport):
     """PostgreSQL 12+: LSN watermarks, one pgoutput slot per job, C-collation key order; DDL
     followed through pgoutput's Relation messages (``relations.py``)."""
 
@@ -106,9 +106,14 @@ class PostgresDialect(Dialect, SupportsLogRelease, SupportsSchemaHistory, Postgr
             tables = self.discover_tables(conn, self.postgres.tables)
         except ConfigError:
             tables = []  # discovery, next, says what matches
+        self.prepare_join(conn, tables)
+        ensure_slot(conn, self.postgres.slot, self.postgres.database, self.postgres.slot_wait_s)
+
+    def prepare_join(self, conn: Any, tables: Sequence[TableId]) -> None:
+        """SELECT on each table, and the publication lists them (created or extended when the
+        role may)."""
         check_tables(conn, tables)
         ensure_publication(conn, self.postgres.publication_name, tables)
-        ensure_slot(conn, self.postgres.slot, self.postgres.database, self.postgres.slot_wait_s)
 
     def discover_tables(self, conn: Any, patterns: Sequence[str]) -> list[TableId]:
         rows = conn.execute("SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "

@@ -19,6 +19,12 @@ what keeps a failed start harmless:
 4. The query starts: ``trigger(availableNow=True)`` with ``once``, else
    ``trigger(processingTime=trigger_interval)`` until SIGINT/SIGTERM, which stop the query
    (``query.stop()``): a batch cut short is replayed on restart, the checkpoint stays consistent.
+5. While a continuous run streams, :class:`~cdc.app.discovery.TableWatcher` looks for tables
+   that ``source.tables`` newly matches and for captured tables that are gone, every
+   ``source.table_discovery_interval``. When it finds one, the query stops between two batches,
+   the sinks finish their background work, and steps 2-4 run again with the new tables in the
+   same Spark session: a new table is snapshotted while the others stream on from the committed
+   offset.
 
 The state directory lives next to the checkpoint (``<checkpoint>_state``), not inside it: Spark
 refuses to start a new query in a non-empty checkpoint directory.
@@ -42,6 +48,7 @@ import pyarrow.fs as pafs
 from binlog.dialect import Dialect
 from binlog.registry import create_dialect
 from cdc.app.checkpoint import CheckpointFiles
+from cdc.app.discovery import TableWatcher
 from cdc.app.live import choose_view
 from cdc.app.lock import CheckpointLock
 from cdc.app.progress import JobTotals, ProgressTracker, ProgressView, RunSummary
@@ -52,7 +59,7 @@ from cdc.model.hooks import NO_HOOKS, Hooks
 from cdc.model.schema import TableId, TableSchema
 from cdc.spark.commit import BatchCommitter, BatchRecord
 from cdc.spark.metrics import observed
-from cdc.spark.source import SourceSpec, bound_source, table_schemas
+from cdc.spark.source import HOLD_FILE, SourceSpec, bound_source, table_schemas
 from cdc.spark.state import StateStore
 from cdc.spark.visibility import check_visible
 from sinks.base import Sink
@@ -63,6 +70,7 @@ log = logging.getLogger(__name__)
 SOURCE_FILE = "source.json"
 QUERY_FILE = "query.json"
 POLL_S = 0.5
+HOLD_WAIT_S = 300.0  # the longest a query that must restart waits for its running batch to end
 
 
 class JobFailed(CdcError):
@@ -102,7 +110,8 @@ def claim_checkpoint(store: StateStore, paths: JobPaths, identity: dict[str, Any
     """Check that the checkpoint belongs to this source, record it, and return the query id.
 
     Tables matched by new patterns may join (the planner snapshots them); a different server, or
-    dropping a database the checkpoint captured, is refused. With ``failover`` a new address of
+    patterns that no longer match a database the checkpoint captured, are refused (a database
+    whose captured tables were dropped is not). With ``failover`` a new address of
     the same kind of source is accepted (and recorded): the dialect then finds the checkpoint's
     offsets on it by GTID, and refuses a server that lacks the checkpoint's transactions.
 
@@ -145,7 +154,7 @@ def _same_source(recorded: dict[str, Any], identity: dict[str, Any], paths: JobP
         raise ConfigError(f"checkpoint {paths.checkpoint} belongs to source {where}, not "
                           f"{identity['hostname']}:{identity['port']}: {fix}", checkpoint=paths.checkpoint)
     dropped = sorted(set(recorded["databases"]) - set(identity["databases"]))
-    if dropped:
+    if dropped and recorded.get("tables") != identity["tables"]:  # same patterns: its tables were dropped
         raise ConfigError(f"checkpoint {paths.checkpoint} captures database(s) {', '.join(dropped)} "
                           f"that source.tables {identity['tables']} no longer matches: {fix}",
                           checkpoint=paths.checkpoint)
@@ -277,38 +286,48 @@ class JobRunner:
              view: ProgressView | None) -> RunSummary:
         spark = self.spark if self.spark is not None else job_session(self.config)
         check_visible(spark, {"state_dir": self.paths.state_dir})
-        job_id = claim_checkpoint(store, self.paths, source_identity(self.config, schemas), self.failover)
-        sinks = self.open_sinks(job_id, spark, schemas)
         totals = job_totals(store, self.paths)
-        committer = BatchCommitter(schemas, sinks, self.hooks, on_commit=totals.add)
-        self.batches = committer.batches
-        spec = SourceSpec(self.dialect, self.paths.state_dir, self.config.parallelism,
-                          tuple(s.writer() for s in sinks), self.hooks)
+        self.batches = []  # every query's batches: the committers share this list
         started = time.monotonic()
-        query = self._start(spark, spec, committer, once)
-        log.info("query started: %d table(s) into %s, checkpoint %s, %s", len(schemas),
-                 ", ".join(s.describe() for s in sinks), self.paths.checkpoint,
-                 "available-now (--once)" if once else f"every {self.config.trigger_interval}")
+        stream = self._stream(spark, store, schemas, totals, once)
         tracker = ProgressTracker(self.dialect, self.config.source.chunk_size, totals,
                                   view if view is not None else choose_view())
+        watcher = None if once else TableWatcher.of(self.dialect, schemas)
         try:
             with stop_on_signals(stop):
-                _wait(query, stop, tracker, committer)
+                while (tables := _wait(stream.query, stop, tracker, stream.committer, watcher, store)) is not None:
+                    assert watcher is not None
+                    _finish(stream.committer)
+                    self._schemas = schemas = watcher.schemas(tables)
+                    stream = self._stream(spark, store, schemas, totals, once)
         except BaseException:
             # A failed run still stops its sinks' background work (a mirror MERGE in flight), so
             # that a restart in this process never races it; the run's own error is the one raised.
             with contextlib.suppress(Exception):
-                committer.close()
+                stream.committer.close()
             tracker.close()
             raise
         try:
-            committer.close()  # the sinks finish their background work before the summary
-        except Exception as exc:
-            raise JobFailed(f"a sink could not finish the last batches (a restart recovers them): "
-                            f"{root_cause(exc)}") from None
+            _finish(stream.committer)  # the sinks finish their background work before the summary
         finally:
             tracker.close()
-        return tracker.summary(committer, sinks, schemas, time.monotonic() - started)
+        return tracker.summary(stream.committer, stream.sinks, schemas, time.monotonic() - started)
+
+    def _stream(self, spark: Any, store: StateStore, schemas: dict[TableId, TableSchema], totals: JobTotals,
+                once: bool) -> _Stream:
+        """Claim the checkpoint for ``schemas``, open the sinks and start the query."""
+        store.delete(HOLD_FILE)  # the last query's hold (or a crashed run's)
+        job_id = claim_checkpoint(store, self.paths, source_identity(self.config, schemas), self.failover)
+        sinks = self.open_sinks(job_id, spark, schemas)
+        committer = BatchCommitter(schemas, sinks, self.hooks, on_commit=totals.add)
+        committer.batches = self.batches
+        spec = SourceSpec(self.dialect, self.paths.state_dir, self.config.parallelism,
+                          tuple(s.writer() for s in sinks), self.hooks, schemas)
+        query = self._start(spark, spec, committer, once)
+        log.info("query started: %d table(s) into %s, checkpoint %s, %s", len(schemas),
+                 ", ".join(s.describe() for s in sinks), self.paths.checkpoint,
+                 "available-now (--once)" if once else f"every {self.config.trigger_interval}")
+        return _Stream(query, committer, sinks)
 
     def open_sinks(self, job_id: str, spark: Any, schemas: dict[TableId, TableSchema]) -> list[Sink]:
         """The job's sinks from the registry, opened (recovered after a crash)."""
@@ -329,25 +348,66 @@ class JobRunner:
         return stream.start()
 
 
-def _wait(query: Any, stop: threading.Event, tracker: ProgressTracker, committer: BatchCommitter) -> None:
-    """Report progress until the query ends or ``stop`` is set (then stop it).
+@dataclass(frozen=True)
+class _Stream:
+    """One streaming query of a run, with the sinks it commits to."""
+
+    query: Any
+    committer: BatchCommitter
+    sinks: list[Sink]
+
+
+def _wait(query: Any, stop: threading.Event, tracker: ProgressTracker, committer: BatchCommitter,
+          watcher: TableWatcher | None, store: StateStore) -> frozenset[TableId] | None:
+    """Report progress until the query ends or ``stop`` is set (then stop it), or until the
+    watcher finds tables that join or leave: then hold the source (:data:`~cdc.spark.source.
+    HOLD_FILE` in ``store``: no new batch is planned), stop the query once the running batch has
+    ended, and return the tables to capture from now on.
 
     Raises:
-        JobFailed: the query failed.
+        JobFailed: the query failed (unless a captured table is gone: then the new tables).
     """
     from pyspark.errors import StreamingQueryException
 
+    tables, held = None, 0.0
     try:
         while not query.awaitTermination(POLL_S):
             tracker.update(query.recentProgress, committer)
-            if stop.is_set():
+            if tables is None and watcher is not None and (tables := watcher.poll()) is not None:
+                store.write_json(HOLD_FILE, {"why": "the captured tables changed"})
+                held = time.monotonic()
+            if stop.is_set() or (tables is not None and _idle(query, held)):
                 query.stop()
                 break
     except StreamingQueryException as exc:
-        raise JobFailed(root_cause(exc)) from None
+        tables = watcher.after_failure() if watcher is not None else None
+        if tables is None:
+            raise JobFailed(root_cause(exc)) from None
+        log.warning("the query stopped (%s) after a captured table was dropped: it starts again without it",
+                    root_cause(exc))
     finally:
         with contextlib.suppress(Exception):
             tracker.update(query.recentProgress, committer)
+    return None if stop.is_set() else tables
+
+
+def _idle(query: Any, held: float) -> bool:
+    """The held query runs no batch (or one has run for :data:`HOLD_WAIT_S`: it is stopped
+    anyway, and replayed by the next query)."""
+    return not query.status["isTriggerActive"] or time.monotonic() - held > HOLD_WAIT_S
+
+
+def _finish(committer: BatchCommitter) -> None:
+    """Wait for the sinks' background work (the mirror catching up) at the end of a query.
+
+    Raises:
+        JobFailed: a sink's background work failed (a restart recovers it).
+    """
+    try:
+        committer.close()
+    except Exception as exc:
+        raise JobFailed(f"a sink could not finish the last batches (a restart recovers them): "
+                        f"{root_cause(exc)}") from None
 
 
 def root_cause(exc: BaseException) -> str:

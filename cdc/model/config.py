@@ -65,7 +65,13 @@ class SourceConfig(ConfigModel):
     password: SecretStr | None = Field(default=None, description="the password; write `${ENV_VAR}`, never the value")
     password_file: Path | None = Field(default=None, description="a file holding the password (instead of `password`)")
     tables: list[str] = Field(min_length=1, description="regexes on `database.table`, e.g. `shop\\..*`; "
-                              "tables matched later join the running job (snapshot, then log)")
+                              "tables matched later join the running job (snapshot, then log; see "
+                              "`table_discovery_interval`)")
+    table_discovery_interval: str = Field(
+        default="30s", description="how often a running job looks for tables that `tables` newly matches "
+        "(each joins: snapshotted while the others stream, then streamed) and for captured tables that are "
+        "gone (no longer captured; their sink tables stay); `0` or `off`: only at start. `--once` runs "
+        "never look; docs/schema-evolution.md")
     startup_mode: StartupMode = Field(default="initial", description="`initial` (snapshot, then the log), "
                                       "`snapshot` (snapshot only, then stop), `latest-offset` (the log from now), "
                                       "`earliest-offset` (the log from its oldest position), `specific-offset` "
@@ -132,6 +138,20 @@ class SourceConfig(ConfigModel):
             if "." not in pattern:
                 raise ValueError(f"{pattern!r} must match 'database.table' (e.g. 'shop\\..*')")
         return tables
+
+    @field_validator("table_discovery_interval")
+    @classmethod
+    def _discovery_interval(cls, value: str) -> str:
+        if value.strip().lower() != "off":
+            parse_duration_s(value)  # names the accepted forms
+        return value
+
+    @property
+    def discovery_interval_s(self) -> float | None:
+        """``table_discovery_interval`` in seconds; None when it is off (``0`` or ``off``)."""
+        value = self.table_discovery_interval.strip().lower()
+        seconds = 0.0 if value == "off" else parse_duration_s(value)
+        return seconds if seconds > 0 else None
 
     @field_validator("chunk_key_columns")
     @classmethod

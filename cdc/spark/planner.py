@@ -113,20 +113,21 @@ class Planner:
         """
         if self.options.backfill_skip:
             return self._plan_without_backfill(start, target, max_bytes)
-        tables = self._with_new_tables(start.tables)
+        tables = self._with_current_tables(start.tables)
         tables = self._mark_emitted(tables, start.stage)
         budget = min(self.options.chunks_per_batch, max(self.options.warmup_chunks, 4 * _count(start.stage)))
         stage, tables = self._assign(tables, budget)
         hw = self._high_watermark(start, emitting=bool(start.stage), target=target, max_bytes=max_bytes)
         if not stage and not start.stage and hw.compare(start.position) == 0 and tables == start.tables:
             return start
-        end = SourceOffset(position=hw, ts_ms=_now_ms(), tables=tables, stage=stage, emit=dict(start.stage))
+        emit = {name: ids for name, ids in start.stage.items() if name in tables}  # not those of tables that left
+        end = SourceOffset(position=hw, ts_ms=_now_ms(), tables=tables, stage=stage, emit=emit)
         log.info("planned batch: stage %s, emit %s, log at %s", _count(stage), _count(end.emit), hw)
         return end
 
     def _plan_without_backfill(self, start: SourceOffset, target: Offset | None,
                                max_bytes: int | None) -> SourceOffset:
-        tables = self._with_new_tables(start.tables)
+        tables = self._with_current_tables(start.tables)
         emit, tables = self._assign(tables, self.options.chunks_per_batch)
         tables = self._mark_emitted(tables, emit)
         hw = self._high_watermark(start, emitting=bool(emit), target=target, max_bytes=max_bytes)
@@ -165,9 +166,13 @@ class Planner:
             for split_id in range(lo, hi):
                 self.store.forget_chunk(table, split_id)
 
-    def _with_new_tables(self, tables: dict[str, TableProgress]) -> dict[str, TableProgress]:
-        """Tables matched since the checkpoint was made join as pending (then snapshot)."""
-        out = dict(tables)
+    def _with_current_tables(self, tables: dict[str, TableProgress]) -> dict[str, TableProgress]:
+        """Tables matched since the checkpoint was made join as pending (then snapshot); tables no
+        longer captured (dropped, or no longer matched) leave, so that one that comes back joins
+        again with a snapshot of its own instead of streaming on after a gap."""
+        out = {name: p for name, p in tables.items() if TableId.parse(name) in self.schemas}
+        for name in sorted(set(tables) - set(out)):
+            log.info("table %s is no longer captured (dropped, or no longer matched): its sink tables stay", name)
         for t in sorted(self.schemas):
             if str(t) not in out:
                 log.info("table %s is new to this checkpoint: it will be snapshotted, then streamed", t)
@@ -177,6 +182,8 @@ class Planner:
     def _mark_emitted(self, tables: dict[str, TableProgress], emitted: Ranges) -> dict[str, TableProgress]:
         out = dict(tables)
         for name, (_, hi) in emitted.items():
+            if name not in out:
+                continue  # a table that left: its chunks were not emitted
             progress = out[name]
             last = SnapshotSplit.from_dict(self.store.read_json(StateStore.chunk_path(TableId.parse(name), hi - 1)))
             if last.end is None and progress.split_done and hi == progress.assigned:

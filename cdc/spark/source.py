@@ -53,7 +53,7 @@ from cdc.model.hooks import NO_HOOKS, Hooks
 from cdc.model.positions import Offset, min_offset
 from cdc.model.schema import TableId, TableSchema
 from cdc.spark.layout import StreamLayout
-from cdc.spark.offsets import SourceOffset
+from cdc.spark.offsets import Ranges, SourceOffset
 from cdc.spark.planner import Planner, PlannerOptions
 from cdc.spark.state import StateStore
 from cdc.spark.tasks import (
@@ -71,6 +71,8 @@ from sinks.base import SinkWriter
 log = logging.getLogger(__name__)
 
 DEFAULT_CHUNKS_PER_TASK = 16  # chunks_per_batch defaults to this x parallelism
+HOLD_FILE = "hold.json"  # in the state directory: while it exists, no new batch is planned
+SNAPSHOT_MODES = ("initial", "snapshot")  # the startup modes that snapshot the tables
 _JSON_OPTIONS = ("chunk_key_columns", "startup_offset")
 _EXTRA_OPTIONS = ("state_dir", "parallelism")
 
@@ -85,6 +87,8 @@ class SourceSpec:
         parallelism: tasks per batch.
         writers: the sinks' executor sides; rows are staged by them (empty: rows flow).
         hooks: crash points for tests.
+        schemas: the captured tables, as the job discovered and checked them (None: the source
+            discovers them and runs the start-up checks itself when the query starts).
     """
 
     dialect: Dialect
@@ -92,6 +96,7 @@ class SourceSpec:
     parallelism: int = 2
     writers: tuple[SinkWriter, ...] = ()
     hooks: Hooks = field(default=NO_HOOKS)
+    schemas: dict[TableId, TableSchema] | None = None
 
     @classmethod
     def from_options(cls, dialect: str, options: dict[str, str]) -> SourceSpec:
@@ -121,7 +126,7 @@ class SourceSpec:
 
     @property
     def snapshot(self) -> bool:
-        return self.dialect.config.startup_mode in ("initial", "snapshot")
+        return self.dialect.config.startup_mode in SNAPSHOT_MODES
 
 
 def table_schemas(dialect: Dialect, check: bool = True) -> dict[TableId, TableSchema]:
@@ -136,7 +141,7 @@ def table_schemas(dialect: Dialect, check: bool = True) -> dict[TableId, TableSc
             dialect.check_source(conn)
         tables = dialect.discover_tables(conn, config.tables)
         schemas = {t: dialect.table_schema(conn, t) for t in tables}
-    if config.startup_mode in ("initial", "snapshot"):
+    if config.startup_mode in SNAPSHOT_MODES:
         for schema in schemas.values():
             dialect.chunk_key(schema)  # NoChunkKey names the fix
     return schemas
@@ -160,7 +165,8 @@ class CdcDataSource(DataSource):
 
     def table_schemas(self) -> dict[TableId, TableSchema]:
         if self._schemas is None:
-            self._schemas = table_schemas(self.source.dialect)
+            self._schemas = self.source.schemas if self.source.schemas is not None \
+                else table_schemas(self.source.dialect)
         return self._schemas
 
     def layout(self) -> StreamLayout:
@@ -230,7 +236,12 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         """The next batch's end (driver, once per batch). Spark passes the default read limit,
-        or ``ReadAllAvailable`` where its trigger wants everything (``Trigger.Once``)."""
+        or ``ReadAllAvailable`` where its trigger wants everything (``Trigger.Once``).
+
+        While the state directory holds :data:`HOLD_FILE` (the job is about to stop the query to
+        start another), it plans nothing: the running batch ends and the query idles."""
+        if self.context.store.exists(HOLD_FILE):
+            return start
         begin = self._offset(start)
         self.spec.hooks.reached("plan")
         self.planner.forget_emitted(begin)  # `start` ends the last committed batch
@@ -242,14 +253,15 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         log.info("available-now run: stops at %s once the snapshot is done", self.target)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
-        return plan_partitions(self._offset(start), self._offset(end), self.context, self.spec,
-                               lambda: self.planner.connection())
+        return plan_partitions(self._offset(start), captured(self._offset(end), self.context), self.context,
+                               self.spec, lambda: self.planner.connection())
 
     def commit(self, end: dict[str, Any]) -> None:
         committed = self._offset(end)
         self.planner.forget_emitted(committed)
         if isinstance(self.spec.dialect, SupportsLogRelease):
-            release_log(self.spec.dialect, committed, self.context.store, self.planner.connection)
+            release_log(self.spec.dialect, captured(committed, self.context), self.context.store,
+                        self.planner.connection)
 
     def stop(self) -> None:
         self.planner.close()
@@ -283,6 +295,15 @@ def release_log(dialect: SupportsLogRelease, committed: SourceOffset, store: Sta
 def cast_dialect(dialect: SupportsLogRelease) -> Dialect:
     assert isinstance(dialect, Dialect)
     return dialect
+
+
+def captured(offset: SourceOffset, ctx: TaskContext) -> SourceOffset:
+    """``offset`` without the chunks of tables no longer captured: a batch planned before a table
+    was dropped (and replayed after) neither stages nor emits its chunks, nor waits for them."""
+    def known(ranges: Ranges) -> Ranges:
+        return {name: ids for name, ids in ranges.items() if TableId.parse(name) in ctx.schemas}
+
+    return replace(offset, stage=known(offset.stage), emit=known(offset.emit))
 
 
 def regions(start: SourceOffset, ctx: TaskContext) -> dict[str, Region]:

@@ -1,0 +1,330 @@
+"""Tables that join and leave a running job (docs/schema-evolution.md, "New and dropped tables").
+
+A continuous job runs in a thread of the test process (the real runner, the shared Spark
+session) with ``source.table_discovery_interval: 1s`` while random writers change its tables.
+Tables are created, written, and dropped under it; the checks are the exactness checks of the
+whole-pipeline suites (tests/pipeline.py, tests/pipeline_pg.py): each mirror equals its source,
+and each changelog holds one ``r`` row per key its snapshot read and every later change exactly
+once, including the changes made to a new table before, while and after the job noticed it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pipeline import (
+    Pipeline,
+    RandomWriter,
+    assert_changelog_exact,
+    assert_mirror_equals_source,
+    writing,
+)
+from pipeline_pg import PgPipeline, PgRandomWriter
+from pipeline_pg import assert_changelog_exact as assert_pg_changelog_exact
+from pipeline_pg import assert_mirror_equals_source as assert_pg_mirror_equals_source
+
+from binlog.mysql.positions import BinlogOffset
+from binlog.mysql.reader import current_offset
+from binlog.registry import create_dialect
+from cdc.app.checkpoint import CheckpointFiles
+from cdc.app.config import parse_config
+from cdc.app.runner import JobPaths, JobRunner, claim_checkpoint
+from cdc.app.sandbox.mysql import Sandbox
+from cdc.app.sandbox.postgres import PostgresSandbox
+from cdc.model.errors import ConfigError
+from cdc.model.positions import Offset
+from cdc.model.schema import TableId, TableSchema
+from cdc.spark.offsets import SourceOffset
+from cdc.spark.state import StateStore
+
+WAIT_S = 120.0  # the longest a step may take on a loaded 2-core machine
+
+
+def wait_until(condition: Callable[[], bool], what: str, job: Job, timeout: float = WAIT_S) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert job.thread.is_alive(), f"the job ended while waiting for {what}: {job.errors}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+class Job:
+    """The real runner, continuous (not ``--once``), in a thread until :meth:`stop`."""
+
+    def __init__(self, p: Pipeline | PgPipeline) -> None:
+        self.config = p.config()
+        self.runner = JobRunner(self.config, p.spark, hooks=p.faults)
+        self.dialect = create_dialect(self.config.source)
+        self.stop_event = threading.Event()
+        self.errors: list[BaseException] = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            self.runner.run(stop=self.stop_event)
+        except BaseException as exc:  # reported by the test
+            self.errors.append(exc)
+
+    def committed(self) -> SourceOffset | None:
+        """The offset of the newest batch Spark committed."""
+        files = CheckpointFiles(self.config.checkpoint)
+        last = files.last("commits")
+        return None if last is None else SourceOffset.from_dict(files.offset(last), self.dialect.offset_from_dict)
+
+    def streams(self, tables: list[str], through: Offset) -> bool:
+        """Every one of ``tables`` streams (its snapshot is done) and the job committed the log
+        through ``through``."""
+        end = self.committed()
+        return end is not None and not end.position.is_before(through) and \
+            all(end.tables.get(t) is not None and end.tables[t].state == "stream" for t in tables)
+
+    def wrote(self, table: str) -> bool:
+        """The job committed rows of ``table`` (``db.table``) in this run."""
+        return any(sum(r.tables.get(table, (0, 0))) for r in self.runner.batches)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.thread.join(timeout=WAIT_S)
+        assert not self.thread.is_alive(), "the job did not stop"
+
+
+@contextlib.contextmanager
+def running(p: Pipeline | PgPipeline) -> Iterator[Job]:
+    job = Job(p)
+    job.thread.start()
+    try:
+        yield job
+    finally:
+        job.stop()
+    assert not job.errors, job.errors
+
+
+def table_schemas(job: Job, *names: str) -> dict[TableId, TableSchema]:
+    """The tables' definitions as the job's dialect reads them (no start-up checks)."""
+    with contextlib.closing(job.dialect.connect()) as conn:
+        found = job.dialect.discover_tables(conn, job.config.source.tables)
+        return {t: job.dialect.table_schema(conn, t) for t in found if t.table in names}
+
+
+def messages(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if text in r.getMessage()]
+
+
+def mysql_position(box: Sandbox) -> BinlogOffset:
+    with contextlib.closing(box.admin.connect()) as conn:
+        return current_offset(conn)
+
+
+def execute(box: Sandbox, database: str, *statements: str) -> None:
+    with contextlib.closing(box.admin.connect(database)) as conn, conn.cursor() as cur:
+        for sql in statements:
+            cur.execute(sql)
+
+
+TABLE = "CREATE TABLE {} (id INT PRIMARY KEY, v VARCHAR(40), n INT NOT NULL DEFAULT 0)"
+
+
+# ---- no server ------------------------------------------------------------------------------
+
+def source_config(**keys: Any) -> Any:
+    raw = {"source": {"username": "cdc", "password": "pw", "tables": ["shop\\..*"], **keys},
+           "sink": {"type": "delta", "path": "./lake"}, "checkpoint": "./checkpoints/shop"}
+    return parse_config(raw, warn_plain_password=False).source
+
+
+def test_the_discovery_interval_is_a_duration_or_off() -> None:
+    assert source_config().discovery_interval_s == 30.0
+    assert source_config(table_discovery_interval="500ms").discovery_interval_s == 0.5
+    assert source_config(table_discovery_interval="0").discovery_interval_s is None
+    assert source_config(table_discovery_interval="off").discovery_interval_s is None
+    with pytest.raises(ConfigError, match=r"source\.table_discovery_interval: .*duration like '500ms'"):
+        source_config(table_discovery_interval="often")
+
+
+def test_a_database_whose_captured_tables_were_dropped_keeps_its_checkpoint(tmp_path: Path) -> None:
+    """Its last captured table dropped, a database no longer appears in discovery: with the same
+    ``tables`` patterns the checkpoint is still the job's; patterns that drop it are refused."""
+    store, paths = StateStore(str(tmp_path / "state")), JobPaths(str(tmp_path / "checkpoint"), str(tmp_path / "state"))
+    source = {"type": "mysql", "hostname": "db", "port": 3306, "tables": ["(shop|old)\\..*"]}
+    first = claim_checkpoint(store, paths, {**source, "databases": ["old", "shop"]})
+    assert claim_checkpoint(store, paths, {**source, "databases": ["shop"]}) == first
+    assert store.read_json("source.json")["databases"] == ["old", "shop"]
+    with pytest.raises(ConfigError, match=r"captures database\(s\) old that source.tables"):
+        claim_checkpoint(store, paths, {**source, "tables": ["shop\\..*"], "databases": ["shop"]})
+
+
+# ---- real servers ---------------------------------------------------------------------------
+
+
+@pytest.mark.slow  # a continuous job with two query restarts: about 40 s on a loaded 2-core machine
+def test_a_created_table_joins_and_a_dropped_one_leaves_while_the_job_runs(
+    spark: Any, mysql_server: Sandbox, database: str, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="cdc.app")
+    db = database
+    execute(mysql_server, db, TABLE.format("t_a"), TABLE.format("t_c"),
+            "INSERT INTO t_a (id, v) VALUES " + ", ".join(f"({i}, 'a{i}')" for i in range(0, 3000, 10)),
+            "INSERT INTO t_c (id, v) VALUES " + ", ".join(f"({i}, 'c{i}')" for i in range(50)))
+    p = Pipeline(spark, mysql_server, db, tmp_path / "job",
+                 source={"tables": [f"{db}\\.t_.*"], "table_discovery_interval": "1s"},
+                 job={"trigger_interval": "300ms"})
+    p.started_at = mysql_position(mysql_server)
+    a_writer = RandomWriter(mysql_server, db, "t_a", seed=1, pause_s=0.01)
+    with running(p) as job, writing(a_writer):
+        wait_until(lambda: job.wrote(f"{db}.t_a"), "the snapshot of t_a", job)
+        # t_b: rows before the job can notice it (the CREATE and the first rows in one go), then a
+        # writer across the notice, the query's restart, the snapshot's chunks and after
+        execute(mysql_server, db, TABLE.format("t_b"),
+                "INSERT INTO t_b (id, v) VALUES " + ", ".join(f"({i}, 'b{i}')" for i in range(0, 3000, 7)),
+                "UPDATE t_b SET n = 5 WHERE id < 700", "DELETE FROM t_b WHERE id BETWEEN 700 AND 1400",
+                TABLE.format("other"), "INSERT INTO other (id) VALUES (1), (2)",
+                "CREATE TABLE t_nokey (x INT, y TEXT)", "INSERT INTO t_nokey VALUES (1, 'one')")
+        created = mysql_position(mysql_server)
+        b_writer = RandomWriter(mysql_server, db, "t_b", seed=2, pause_s=0.01)
+        with writing(b_writer):
+            wait_until(lambda: job.streams([f"{db}.t_b"], created), "t_b to join and finish its snapshot", job)
+            time.sleep(1)  # changes of t_b after its snapshot, too
+        c_rows = p.source_rows("t_c")
+        c_schema = table_schemas(job, "t_c")[TableId(db, "t_c")]
+        execute(mysql_server, db, "DROP TABLE t_c")
+        wait_until(lambda: bool(messages(caplog, f"captured table {db}.t_c is gone")), "the drop to be seen", job)
+        execute(mysql_server, db, "INSERT INTO t_b (id, v) VALUES (100000, 'after the drop')")
+        a_writer.stop()
+        end = mysql_position(mysql_server)
+        wait_until(lambda: job.streams([f"{db}.t_a", f"{db}.t_b"], end), "the job to catch up after the drop", job)
+        assert f"{db}.t_c" not in job.committed().tables  # type: ignore[union-attr]
+
+    schemas = table_schemas(job, "t_a", "t_b")
+    for table in ("t_a", "t_b"):
+        assert_mirror_equals_source(p, table, schemas[TableId(db, table)])
+        assert_changelog_exact(p, table, schemas[TableId(db, table)])
+    reads = [r for r in p.changelog("t_b").to_pylist() if r["op"] == "r"]
+    changes = [r for r in p.changelog("t_b").to_pylist() if r["op"] != "r"]
+    assert reads and changes, "t_b's first rows came with its snapshot, its later changes from the log"
+    assert b_writer.statements > 100 and a_writer.statements > 100
+    # the dropped table's Delta tables stay, readable, with its rows and changes up to the drop
+    assert sorted(r["id"] for r in p.mirror("t_c").to_pylist()) == sorted(r["id"] for r in c_rows)
+    assert_changelog_exact(p, "t_c", c_schema)
+    # a table that does not match is ignored; a keyless one is named with the fix, not captured
+    assert not (p.lake / db / "other").exists() and not (p.lake / db / "t_nokey").exists()
+    assert len(messages(caplog, f"table {db}.t_b matches source.tables: it joins")) == 1
+    [warning] = messages(caplog, f"table {db}.t_nokey matches source.tables but cannot join the running job yet")
+    assert "chunk_key_columns" in warning, warning
+    assert not messages(caplog, f"{db}.other")
+
+
+@pytest.mark.slow  # a continuous job with one query restart: about 30 s on a loaded 2-core machine
+def test_a_table_dropped_during_its_snapshot_leaves_and_the_job_goes_on(
+    spark: Any, mysql_server: Sandbox, database: str, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The next chunk of a dropped table cannot be split or read, and the query fails; the job
+    finds the table gone and starts a new query without it (the interval is long, so no regular
+    look sees the drop first)."""
+    caplog.set_level(logging.INFO, logger="cdc.app")
+    db = database
+    execute(mysql_server, db, TABLE.format("t_a"), TABLE.format("t_big"), "INSERT INTO t_a (id) VALUES (1), (2)",
+            "INSERT INTO t_big (id, v) VALUES " + ", ".join(f"({i}, 'big{i}')" for i in range(3000)))
+    p = Pipeline(spark, mysql_server, db, tmp_path / "job",
+                 source={"tables": [f"{db}\\.t_.*"], "table_discovery_interval": "10m", "chunks_per_batch": 1},
+                 job={"trigger_interval": "300ms"})
+    p.started_at = mysql_position(mysql_server)
+    with running(p) as job:
+        wait_until(lambda: job.wrote(f"{db}.t_big"), "the first chunks of t_big", job)
+        execute(mysql_server, db, "DROP TABLE t_big", "INSERT INTO t_a (id, v) VALUES (3, 'after the drop')",
+                "UPDATE t_a SET n = 7 WHERE id = 1")
+        end = mysql_position(mysql_server)
+        wait_until(lambda: job.streams([f"{db}.t_a"], end), "the job to go on without t_big", job)
+        assert f"{db}.t_big" not in job.committed().tables  # type: ignore[union-attr]
+    assert messages(caplog, "after a captured table was dropped: it starts again without it")
+    schemas = table_schemas(job, "t_a")
+    assert_mirror_equals_source(p, "t_a", schemas[TableId(db, "t_a")])
+    assert_changelog_exact(p, "t_a", schemas[TableId(db, "t_a")])
+    partial = p.mirror("t_big").to_pylist()  # what its snapshot emitted before the drop: readable
+    assert 0 < len(partial) < 3000 and all(r["v"] == f"big{r['id']}" for r in partial)
+
+
+@pytest.mark.slow  # a continuous job with two query restarts: about 40 s on a loaded 2-core machine
+def test_postgres_a_created_table_joins_through_the_publication_the_job_manages(
+    spark: Any, postgres_server: PostgresSandbox, pg_database: str, tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The job creates its publication FOR TABLE a. A new table b the CDC role owns is added to it
+    (ALTER PUBLICATION ... ADD TABLE) and joins; a table c it may not add is named with the exact
+    statement, and joins once an owner ran it."""
+    caplog.set_level(logging.INFO, logger="cdc.app")
+    p = PgPipeline(spark, postgres_server, pg_database, tmp_path / "job",
+                   source={"publication_name": "job_pub", "table_discovery_interval": "1s"},
+                   job={"trigger_interval": "300ms"})
+    s, cdc = p.schema, postgres_server.cdc.user
+    with contextlib.closing(p.admin()) as conn:
+        conn.execute(f'GRANT CREATE ON DATABASE "{pg_database}" TO "{cdc}"')  # to create its publication
+        conn.execute(TABLE.format("a"))
+        conn.execute(f'ALTER TABLE a OWNER TO "{cdc}"')
+        conn.execute("INSERT INTO a (id, v) SELECT i, 'a' || i FROM generate_series(0, 2999, 10) i")
+    p.start_reference()
+    a_writer = PausedPgWriter(p, "a", seed=1)
+    with running(p) as job, writing_pg(a_writer):
+        wait_until(lambda: job.wrote(f"{s}.a"), "the snapshot of a", job)
+        with contextlib.closing(p.admin()) as conn:
+            conn.execute(TABLE.format("b"))
+            conn.execute(f'ALTER TABLE b OWNER TO "{cdc}"')
+            conn.execute("INSERT INTO b (id, v) SELECT i, 'b' || i FROM generate_series(0, 2999, 7) i")
+            conn.execute(TABLE.format("c"))  # owned by the admin: the CDC role cannot publish it
+            conn.execute("INSERT INTO c (id, v) SELECT i, 'c' || i FROM generate_series(0, 99) i")
+        created = pg_position(p)
+        b_writer = PausedPgWriter(p, "b", seed=2)
+        with writing_pg(b_writer):
+            wait_until(lambda: job.streams([f"{s}.b"], created), "b to join and finish its snapshot", job)
+        statement = f'ALTER PUBLICATION "job_pub" ADD TABLE "{s}"."c";'
+        wait_until(lambda: bool(messages(caplog, statement)), "the statement that publishes c", job)
+        with contextlib.closing(p.admin()) as conn:
+            conn.execute(statement)
+            conn.execute("UPDATE c SET n = 1 WHERE id < 50")
+        a_writer.stop()
+        end = pg_position(p)
+        wait_until(lambda: job.streams([f"{s}.a", f"{s}.b", f"{s}.c"], end), "c to join", job)
+
+    schemas = table_schemas(job, "a", "b", "c")
+    for table in ("a", "b", "c"):
+        assert_pg_mirror_equals_source(p, table, schemas[TableId(s, table)])
+        assert_pg_changelog_exact(p, table, schemas[TableId(s, table)])
+    assert [r for r in p.changelog("b").to_pylist() if r["op"] != "r"], "b's later changes came from the log"
+    [warning] = messages(caplog, f"table {s}.c matches source.tables but cannot join the running job yet")
+    assert statement in warning
+
+
+class PausedPgWriter(PgRandomWriter):
+    """:class:`PgRandomWriter` with a pause between statements (a 2-core machine runs the job too)."""
+
+    def _run(self) -> None:
+        with contextlib.closing(self.conn):
+            while not self.stop_event.is_set():
+                self.one()
+                self.stop_event.wait(0.01)
+
+
+def pg_position(p: PgPipeline) -> Offset:
+    from binlog.postgres.positions import LsnOffset
+
+    with contextlib.closing(p.admin()) as conn:
+        row = conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()
+        assert row is not None
+        return LsnOffset.parse(row[0])
+
+
+@contextlib.contextmanager
+def writing_pg(*writers: PausedPgWriter) -> Iterator[None]:
+    for w in writers:
+        w.start()
+    try:
+        yield
+    finally:
+        for w in writers:
+            w.stop()
