@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: setup demo test lint typecheck unit bench clean
+.PHONY: setup demo test lint typecheck unit bench bench-quick clean
 
 setup: $(STAMP)
 
@@ -50,6 +50,15 @@ bench: setup
 	$(PY) benchmarks/postgres_bench.py --scale 100
 	$(PY) benchmarks/peers.py --scale 100
 	$(PY) benchmarks/kafka_bench.py --scale 1
+
+# Every benchmark in its quick form (fewer phases, smaller tables): under 10 minutes on 2 cores. Results
+# land in benchmarks/results/*-quick.json; benchmarks/readme_tables.py renders README's tables from them.
+bench-quick: setup
+	scripts/setup.sh --bench
+	$(PY) benchmarks/tpcds_customer.py --scale 10 --quick
+	$(PY) benchmarks/postgres_bench.py --scale 1 --quick
+	$(PY) benchmarks/peers.py --scale 10 --quick
+	$(PY) benchmarks/kafka_bench.py --scale 1 --quick
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .demo .bench *.egg-info

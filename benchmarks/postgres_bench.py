@@ -2,7 +2,8 @@
 and the peers, in the style of (and with the helpers of) benchmarks/tpcds_customer.py.
 
 Run: ``.venv/bin/python benchmarks/postgres_bench.py [--scale 100] [--quick] [--stream-paths] [--decoders] [--keep]``
-(``make bench`` runs the default at scale 100). Scale 1 is 100,000 rows, scale 100 is 2,000,000.
+(``make bench`` runs the default at scale 100, ``make bench-quick`` ``--quick`` at scale 1). Scale 1
+is 100,000 rows, scale 100 is 2,000,000.
 
 Starts a throwaway PostgreSQL (``cdc.app.sandbox.postgres``, ``wal_level=logical``, shared_buffers
 sized to hold the table), generates ``customer`` with ``tpcgen-cli`` and loads it with

@@ -268,3 +268,14 @@ class SupportsBatchCap(ABC):
         """``end``, or an offset after ``start`` and before ``end`` where a batch of at most about
         ``max_bytes`` of log ends (driver; ``connection()`` gives a connection, opened only when
         needed). Slices that meet there give each transaction to exactly one batch."""
+
+
+class SupportsStatePruning(ABC):
+    """A dialect that keeps files of its own in the job's state directory which only batches
+    starting before some position can use (MySQL: the walk hints of capped batches' cuts)."""
+
+    @abstractmethod
+    def prune_state(self, committed: Offset) -> None:
+        """Delete the files that no batch starting at or after ``committed`` can use (driver;
+        called with the end of each committed batch). Idempotent; a file it fails to delete is
+        logged and left for a later call (the files are shortcuts, never needed for correctness)."""

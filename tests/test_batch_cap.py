@@ -4,31 +4,41 @@ A capped batch ends at a cut, a byte position that may fall inside a transaction
 transaction belongs to the batch it begins in, which reads it to its end. These tests check the
 cut arithmetic, that slices meeting at cuts give every change once and never split a
 transaction (real MariaDB binlog), and that a capped catch-up over many batches and a binlog
-rotation is exactly once through the real job, also across injected crashes.
+rotation is exactly once through the real job, also across injected crashes and SIGKILLs of the
+driver, and that the walk hints the cuts leave in the state directory are deleted once no batch
+can use them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import random
+import signal
+import subprocess
+import sys
+import time
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pymysql
 import pytest
 from faults import InjectedFault
-from pipeline import Pipeline
-from test_pipeline import check_all, create_table, pipeline  # noqa: F401 (the fixture)
+from pipeline import Pipeline, RandomWriter, writing
+from test_pipeline import check_all, create_table, pipeline, wait_for_batches  # noqa: F401 (the fixture)
 
 from binlog.mysql.config import MySqlSourceConfig
+from binlog.mysql.dialect import MySqlDialect
 from binlog.mysql.positions import BinlogOffset, byte_cuts, capped_end
 from binlog.mysql.reader import MySqlBinlogReader, current_offset
 from binlog.mysql.server import binary_log_sizes
 from cdc.app.runner import JobFailed
 from cdc.app.sandbox.mysql import Sandbox
 from cdc.model.schema import TableId
+from cdc.spark.state import StateStore
 from sinks.delta.follower import _groups
 
 Conn = pymysql.connections.Connection
@@ -194,8 +204,7 @@ def test_capped_catch_up_over_many_batches_is_exact(pipeline: Pipeline, admin: A
     check_all(pipeline)
     cuts = [o for o in offsets(pipeline) if o.get("cut")]
     assert len(cuts) >= 15, "the batches end at cuts"
-    hints = list((pipeline.state_dir / "binlog_cuts").rglob("*.json"))
-    assert len(hints) >= len(cuts) - 1, "each batch told the next where its first transaction begins"
+    assert_hints_pruned(pipeline)
 
 
 def offsets(p: Pipeline) -> list[dict[str, Any]]:
@@ -205,6 +214,58 @@ def offsets(p: Pipeline) -> list[dict[str, Any]]:
         if path.name.isdigit():
             out.append(json.loads(path.read_text().splitlines()[-1])["position"])
     return out
+
+
+def last_committed(p: Pipeline) -> BinlogOffset:
+    """The end of the last batch in Spark's commit log."""
+    last = max(int(f.name) for f in (p.checkpoint / "commits").iterdir() if f.name.isdigit())
+    return BinlogOffset.from_dict(json.loads((p.checkpoint / "offsets" / str(last)).read_text().splitlines()[-1])
+                                  ["position"])
+
+
+def hint_cuts(p: Pipeline) -> list[BinlogOffset]:
+    """The cuts whose walk hints are in the state directory (``binlog_cuts/<server>/<file>.<pos>.json``;
+    ``unknown``: the inner cuts of a slice split over several readers, which carry no server)."""
+    return [BinlogOffset(f.name.rsplit(".", 2)[0], int(f.name.rsplit(".", 2)[1]),
+                         server=None if f.parent.name == "unknown" else f.parent.name)
+            for f in (p.state_dir / "binlog_cuts").glob("*/*.json")]
+
+
+def assert_hints_pruned(p: Pipeline) -> None:
+    """Only the walk hints at or after the last committed offset are left."""
+    committed = last_committed(p)
+    stale = [c for c in hint_cuts(p) if c.is_before(committed)]
+    assert not stale, f"walk hints before the committed offset {committed}: {sorted(map(str, stale))[:5]}"
+
+
+def test_walk_hints_before_the_committed_offset_are_deleted(tmp_path: Path) -> None:
+    """The driver deletes the hints of cuts before a committed offset, on that offset's server,
+    and the temporary files of crashed writes; the rest stay; calling again changes nothing."""
+    config = MySqlSourceConfig.model_validate({"hostname": "h", "username": "u", "tables": ["d\\..*"]})
+    store = StateStore(str(tmp_path))
+    writer = MySqlDialect(config)
+    writer.use_schema_history(store, {})
+    cuts = [BinlogOffset(f, p, server="1", cut=True) for f, p in
+            [("b.000007", 120), ("b.000007", 900), ("b.000008", 4), ("b.000008", 50), ("b.000008", 300)]]
+    for cut in cuts:
+        writer.save_walk_hint(cut, BinlogOffset(cut.file, cut.pos + 7))
+    store.write_bytes("binlog_cuts/1/b.000008.20.json.tmp-0a1b", b"{")  # a write that crashed
+    store.write_bytes("binlog_cuts/1/notes.txt", b"not a hint")
+    store.write_json("binlog_cuts/2/b.000007.120.json", {"file": "b.000007", "pos": 127, "server": "2"})
+    for pos in (30, 60):  # the inner cuts of a split slice: no server
+        writer.save_walk_hint(BinlogOffset("b.000008", pos, cut=True), BinlogOffset("b.000008", pos + 7))
+    committed = cuts[3]
+    for _ in range(2):  # a restarted driver (a new dialect) prunes again: nothing more goes
+        driver = MySqlDialect(config)
+        driver.use_schema_history(store, {})
+        driver.prune_state(committed)
+        assert store.file_names("binlog_cuts/1") == ["b.000008.300.json", "b.000008.50.json", "notes.txt"]
+        assert store.file_names("binlog_cuts/2") == ["b.000007.120.json"]  # another server's
+        assert store.file_names("binlog_cuts/unknown") == ["b.000008.60.json"]
+        assert driver.walk_hint(committed) == BinlogOffset("b.000008", 57)
+    driver.prune_state(BinlogOffset("b.000009", 4, server="1"))  # a later batch, in the next file
+    assert store.file_names("binlog_cuts/1") == ["notes.txt"]
+    assert store.file_names("binlog_cuts/unknown") == []
 
 
 @pytest.mark.parametrize(("point", "after"), [("after_sink_commit", 6), ("stream", 9), ("plan", 5)])
@@ -220,12 +281,49 @@ def test_capped_catch_up_across_a_crash_is_exact(pipeline: Pipeline, admin: Any,
     with pytest.raises((JobFailed, InjectedFault), match=f"injected fault at {point}"):
         pipeline.run()
     first = len(offsets(pipeline))
+    committed = last_committed(pipeline)
+    assert committed.cut and committed in hint_cuts(pipeline), "the next batch's walk hint is kept"
     rest = pipeline.run()
     if point == "after_sink_commit":
         assert rest and not rest[0].wrote, f"the replayed batch wrote again: {rest[0]}"
     assert len([b for b in rest if b.change_rows]) >= 5, "the restart went on batch by batch"
     assert len(offsets(pipeline)) > first
     check_all(pipeline)
+    assert_hints_pruned(pipeline)
+
+
+def test_driver_killed_during_capped_batches_is_exact(pipeline: Pipeline, admin: Any,  # noqa: F811
+                                                     mysql_server: Sandbox) -> None:
+    """SIGKILL the driver process (its JVM and Python workers with it) twice while it reads a
+    backlog in capped batches and a random writer (primary-key updates too) goes on: each kill
+    lands between two capped batches or inside one (planning, tasks, a sink's commit). The
+    restarts replay the cut batch or go on from its cut, exactly once, and the walk hints that
+    the kills left behind are deleted by later commits. (Two kills: each driver's start costs
+    about 15 s of Spark start-up on 2 cores.)"""
+    create_table(admin, rows=1500)
+    pipeline.source["chunk_size"] = 500
+    pipeline.run()  # the snapshot, in this process
+    total = backlog(pipeline, admin)
+    pipeline.source["max_batch_bytes"] = max(2048, total // 20)
+    spec = json.dumps(pipeline.raw_config())
+    rng = random.Random(41)
+    writer = RandomWriter(mysql_server, pipeline.database, "t", seed=19, pause_s=0.1)
+    with writing(writer):
+        for _ in range(2):
+            driver = subprocess.Popen([sys.executable, str(Path(__file__).parent / "driver_process.py"), spec],
+                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                      start_new_session=True)
+            wait_for_batches(driver, rng.randint(2, 4))  # capped batches: the backlog is 20 caps
+            time.sleep(rng.uniform(0, 1.0))  # between capped batches, or inside one
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait(timeout=30)
+    cuts = [o for o in offsets(pipeline) if o.get("cut")]
+    assert len(cuts) >= 3, f"the killed drivers planned only {len(cuts)} capped batches"
+    pipeline.source["max_batch_bytes"] = None  # the rest at once, after the batch a kill interrupted
+    rest = pipeline.run()
+    assert writer.statements and [b for b in rest if b.change_rows], "the restart caught up on the writer's changes"
+    check_all(pipeline)
+    assert_hints_pruned(pipeline)
 
 
 def test_per_transaction_ownership_groups_rows_by_gtid(admin: Conn, cdc_conn: Conn, reader: Any,

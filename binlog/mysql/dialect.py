@@ -23,6 +23,7 @@ from binlog.dialect import (
     SupportsBatchCap,
     SupportsSchemaHistory,
     SupportsSplitSlices,
+    SupportsStatePruning,
 )
 from binlog.mysql.change_rows import event_rows_envelope
 from binlog.mysql.checks import MySqlSourceReport
@@ -65,6 +66,7 @@ from cdc.model.history import (
     project_rows,
     with_schema,
 )
+from cdc.model.positions import Offset
 from cdc.model.schema import Column, TableId, TableSchema
 from chunking.chunks import KeyValue, SnapshotSplit
 from chunking.splitter import select_chunk_key
@@ -75,7 +77,8 @@ SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
 STREAM_ROWS = 65_536  # binlog changes turned into change rows at a time
 
 
-class MySqlDialect(Dialect, SupportsSplitSlices, SupportsBatchCap, SupportsSchemaHistory, MySqlSourceReport):
+class MySqlDialect(Dialect, SupportsSplitSlices, SupportsBatchCap, SupportsStatePruning, SupportsSchemaHistory,
+                   MySqlSourceReport):
     """MySQL 5.7/8.x and MariaDB 10.5+: binlog positions, server ids, WEIGHT_STRING key order."""
 
     name: ClassVar[str] = "mysql"
@@ -90,7 +93,8 @@ class MySqlDialect(Dialect, SupportsSplitSlices, SupportsBatchCap, SupportsSchem
     # Where the first transaction after a cut begins (the end of a capped batch), found by the
     # reader of the batch that ends there and kept in the state directory, so that the next
     # batch's readers open their dump there instead of walking from the start of the file. Only
-    # a shortcut: without it they walk, and read the same changes.
+    # a shortcut: without it they walk, and read the same changes. Once the batch that starts at
+    # a cut is committed, every later batch starts after it, and the driver deletes its hint.
 
     def walk_hint(self, cut: BinlogOffset) -> BinlogOffset | None:
         """The first transaction at or after ``cut``, if a reader recorded it (executor)."""
@@ -111,6 +115,27 @@ class MySqlDialect(Dialect, SupportsSplitSlices, SupportsBatchCap, SupportsSchem
             store.write_json(_hint_path(cut), {"file": found.file, "pos": found.pos, "server": cut.server})
         except Exception as exc:  # the next batch walks from the file's start instead
             log.warning("could not record the transaction after cut %s: %s", cut, exc)
+
+    _hints_pruned_at: BinlogOffset | None = None  # driver: no listing again while idle
+
+    def prune_state(self, committed: Offset) -> None:
+        """Delete the walk hints of the cuts before ``committed`` (driver, after each commit):
+        those of its server, and those of no known server (the inner cuts of a slice split over
+        several readers, where no batch starts). A crash before it leaves hints that the next
+        call deletes."""
+        store = self.history_store
+        if not isinstance(committed, BinlogOffset) or not isinstance(store, HintStore) \
+                or committed == self._hints_pruned_at:
+            return
+        here = BinlogOffset(committed.file, committed.pos)
+        try:
+            for folder in dict.fromkeys([_hint_dir(committed.server), _hint_dir(None)]):
+                for name in store.file_names(folder):
+                    if _hint_before(name, here):
+                        store.delete(f"{folder}/{name}")
+            self._hints_pruned_at = committed
+        except Exception as exc:  # left for the next commit's call
+            log.warning("could not delete the walk hints before %s: %s", committed, exc)
 
     @property
     def settings(self) -> Endpoint:
@@ -274,8 +299,32 @@ class JsonStore(Protocol):
     def write_json(self, rel: str, value: Any) -> None: ...
 
 
+@runtime_checkable
+class HintStore(JsonStore, Protocol):
+    """The part of the job's state directory that deleting walk hints uses."""
+
+    def file_names(self, rel: str) -> list[str]: ...
+
+    def delete(self, rel: str) -> None: ...
+
+
+def _hint_dir(server: str | None) -> str:
+    return f"binlog_cuts/{server or 'unknown'}"
+
+
 def _hint_path(cut: BinlogOffset) -> str:
-    return f"binlog_cuts/{cut.server or 'unknown'}/{cut.file}.{cut.pos}.json"
+    return f"{_hint_dir(cut.server)}/{cut.file}.{cut.pos}.json"
+
+
+def _hint_before(name: str, here: BinlogOffset) -> bool:
+    """Whether ``name`` is the hint of a cut before ``here`` (or a temporary file that a crashed
+    write of one left); False for any other name."""
+    stem, json_, _ = name.partition(".json")
+    file, _, pos = stem.rpartition(".")
+    try:
+        return bool(json_) and BinlogOffset(file, int(pos)).is_before(here)
+    except ValueError:  # not a hint's name, or another binlog's
+        return False
 
 
 def _matching(visible: list[TableId], patterns: Sequence[str]) -> list[TableId]:

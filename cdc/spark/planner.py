@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from binlog.dialect import Dialect, SupportsBatchCap
+from binlog.dialect import Dialect, SupportsBatchCap, SupportsStatePruning
 from cdc.model.positions import Offset
 from cdc.model.schema import TableId, TableSchema
 from cdc.spark.offsets import Ranges, SourceOffset, TableProgress, TableState
@@ -160,11 +160,14 @@ class Planner:
         return start.position if hw.is_before(start.position) else hw
 
     def forget_emitted(self, committed: SourceOffset) -> None:
-        """Delete the state files of chunks whose emission is committed (idempotent)."""
+        """Delete the state files of chunks whose emission is committed, and the dialect's files
+        that only batches before ``committed`` could use (idempotent)."""
         for name, (lo, hi) in committed.emit.items():
             table = TableId.parse(name)
             for split_id in range(lo, hi):
                 self.store.forget_chunk(table, split_id)
+        if isinstance(self.dialect, SupportsStatePruning):
+            self.dialect.prune_state(committed.position)
 
     def _with_current_tables(self, tables: dict[str, TableProgress]) -> dict[str, TableProgress]:
         """Tables matched since the checkpoint was made join as pending (then snapshot); tables no

@@ -7,6 +7,10 @@ Layout (relative to the root)::
     staged/<db.table>/<id>.arrow      a staged chunk: its SELECT rows, LW in the schema metadata
     schemas/<db.table>/<n>.json       schema version n of a table: where it starts, the DDL, the
                                       columns (cdc.model.history; kept for the job's lifetime)
+    binlog_cuts/<server>/<file>.<pos>.json
+                                      where the first transaction after a capped batch's end
+                                      begins (binlog.mysql.dialect; deleted once the batch that
+                                      starts there is committed)
 
 The root is a local path or any URI pyarrow understands (``s3://``, ``gs://``, ``hdfs://``,
 ``file://``). Every write goes to a temporary name first, then moves into place, so a reader
@@ -92,6 +96,11 @@ class StateStore:
             self.fs.delete_file(info.path)
         elif info.type == pafs.FileType.Directory:
             self.fs.delete_dir(info.path)
+
+    def file_names(self, rel: str) -> list[str]:
+        """The names of the files in folder ``rel`` (none when it does not exist), sorted."""
+        selector = pafs.FileSelector(self.path(rel), allow_not_found=True)
+        return sorted(i.base_name for i in self.fs.get_file_info(selector) if i.type == pafs.FileType.File)
 
     def write_json(self, rel: str, value: Any) -> None:
         self.write_bytes(rel, json.dumps(value, sort_keys=True).encode())
