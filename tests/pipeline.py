@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pymysql
@@ -269,8 +269,16 @@ class RandomWriter:
             yield
 
 
+class Writer(Protocol):
+    """A background writer: :class:`RandomWriter`, or any thread with a ``stop``."""
+
+    def start(self) -> object: ...
+
+    def stop(self) -> None: ...
+
+
 @contextlib.contextmanager
-def writing(*writers: RandomWriter) -> Iterator[None]:
+def writing(*writers: Writer) -> Iterator[None]:
     for w in writers:
         w.start()
     try:

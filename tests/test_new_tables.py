@@ -273,7 +273,7 @@ def test_postgres_a_created_table_joins_through_the_publication_the_job_manages(
         conn.execute("INSERT INTO a (id, v) SELECT i, 'a' || i FROM generate_series(0, 2999, 10) i")
     p.start_reference()
     a_writer = PausedPgWriter(p, "a", seed=1)
-    with running(p) as job, writing_pg(a_writer):
+    with running(p) as job, writing(a_writer):
         wait_until(lambda: job.wrote(f"{s}.a"), "the snapshot of a", job)
         with contextlib.closing(p.admin()) as conn:
             conn.execute(TABLE.format("b"))
@@ -283,7 +283,7 @@ def test_postgres_a_created_table_joins_through_the_publication_the_job_manages(
             conn.execute("INSERT INTO c (id, v) SELECT i, 'c' || i FROM generate_series(0, 99) i")
         created = pg_position(p)
         b_writer = PausedPgWriter(p, "b", seed=2)
-        with writing_pg(b_writer):
+        with writing(b_writer):
             wait_until(lambda: job.streams([f"{s}.b"], created), "b to join and finish its snapshot", job)
         statement = f'ALTER PUBLICATION "job_pub" ADD TABLE "{s}"."c";'
         wait_until(lambda: bool(messages(caplog, statement)), "the statement that publishes c", job)
@@ -322,12 +322,3 @@ def pg_position(p: PgPipeline) -> Offset:
         return LsnOffset.parse(row[0])
 
 
-@contextlib.contextmanager
-def writing_pg(*writers: PausedPgWriter) -> Iterator[None]:
-    for w in writers:
-        w.start()
-    try:
-        yield
-    finally:
-        for w in writers:
-            w.stop()
