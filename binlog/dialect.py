@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from cdc.model.config import SourceConfig
 from cdc.model.events import ChangeEvent
-from cdc.model.history import HistoryStore, SchemaHistory
+from cdc.model.history import HistoryStore, SchemaHistory, SchemaVersion
 from cdc.model.positions import Offset
 from cdc.model.schema import Column, TableId, TableSchema
 from chunking.chunks import KeyOrder, SnapshotSplit
@@ -46,12 +46,58 @@ class ChangeRows:
     first: tuple[int, ...]
 
 
+@dataclass(frozen=True)
+class ChunkVersion:
+    """The schema versions a snapshot chunk meets (:meth:`LogReader.chunk_version`).
+
+    Attributes:
+        version: the version its rows were read under (in force at its LW).
+        split: where the next version of its table starts inside its window ``(LW, HW)``: the
+            chunk's rows end there, the log after it reaches the sinks as changes (None: no
+            DDL in the window).
+        later: every version that starts inside the window, in order.
+    """
+
+    version: SchemaVersion
+    split: Any | None = None
+    later: tuple[SchemaVersion, ...] = ()
+
+
 class LogReader(Protocol):
     """Reads bounded slices of the change log for some tables (executor; one per task and
-    reader id; a context manager that closes its connections)."""
+    reader id; a context manager that closes its connections).
 
-    def changes(self, start: Any, end: Any) -> Iterator[ChangeEvent]:
-        """The changes in ``(start, end]``, one per row, in log order (the backfill's input)."""
+    A reader follows the DDL of its tables (and of the ``follow`` tables it was made with) into
+    the job's schema history as it reads; it yields rows of its tables only."""
+
+    def changes(self, start: Any, end: Any, decode_from: Any | None = None) -> Iterator[ChangeEvent]:
+        """The changes in ``(start, end]``, one per row, in log order (the backfill's input),
+        each image with the columns of the schema version it was written under.
+        ``decode_from``: the log before it is only read for its DDL, no change of it is yielded.
+        The schema history knows every version that starts before a yielded change."""
+        ...
+
+    def chunk_version(self, table: TableId, low: Any, high: Any, read: pa.Schema) -> ChunkVersion:
+        """The schema version a chunk of ``table`` read at ``low`` (its rows' Arrow schema
+        ``read``, tagged by :func:`chunking.backfill.tag_read_schema`) was read under, and the
+        versions that start in its window ``(low, high)``. Valid once :meth:`changes` has read
+        past ``low`` (or to ``high``), from a start where the history was complete.
+
+        Raises:
+            SchemaChanged: the rows' columns are not what the history says the table had at
+                ``low`` (a DDL the log does not show), or the chunk key column changed.
+        """
+        ...
+
+    def version_at(self, table: TableId, offset: Any) -> SchemaVersion | None:
+        """The version the schema history knows in force at ``offset``, without reading the log
+        (None: the table has no history)."""
+        ...
+
+    def snapshot_rows(self, table: TableId, version: SchemaVersion, rows: pa.Table, ts_ms: int) -> pa.Table:
+        """A chunk's ``op='r'`` rows (:func:`cdc.model.envelope.snapshot_envelope` of
+        ``version``'s columns) in the sinks' schema, tagged with ``version``
+        (:func:`cdc.model.history.with_schema`), as the stream's rows are."""
         ...
 
     def change_rows(self, start: Any, end: Any, decode_from: Any | None = None) -> Iterator[ChangeRows]:
@@ -154,12 +200,22 @@ class Dialect(ABC):
     # --- executors ----------------------------------------------------------------------------
 
     @abstractmethod
-    def read_chunk(self, schema: TableSchema, split: SnapshotSplit) -> tuple[Offset, pa.Table]:
+    def read_chunk(self, schema: TableSchema, split: SnapshotSplit,
+                   on_low_watermark: Callable[[], None] | None = None) -> tuple[Offset, pa.Table]:
         """Record the low watermark, then read the chunk's rows (executor; no locks).
 
+        ``schema`` is the table as the caller last knew it. A DDL may have changed it since, or
+        change it while the chunk is read: the rows are read under the table's definition at the
+        LW, which no DDL changed before the SELECT ran (read again otherwise), and are tagged
+        with it (:func:`chunking.backfill.tag_read_schema`). ``on_low_watermark`` runs right
+        after the LW is taken (tests inject DDL there).
+
         Returns:
-            The LW and the rows as ``schema.arrow_schema()``: every change after the LW is
-            either in the rows or in the log after the LW, never lost between them.
+            The LW and the rows as that definition's ``arrow_schema()``: every change after the
+            LW is either in the rows or in the log after the LW, never lost between them.
+
+        Raises:
+            SchemaChanged: the chunk key column was renamed or dropped.
         """
 
     @abstractmethod
@@ -167,9 +223,11 @@ class Dialect(ABC):
         """The server's order of a chunk key column (``conn`` from :meth:`connect`)."""
 
     @abstractmethod
-    def log_reader(self, reader_id: int, tables: Sequence[TableSchema]) -> LogReader:
+    def log_reader(self, reader_id: int, tables: Sequence[TableSchema],
+                   follow: Sequence[TableSchema] = ()) -> LogReader:
         """A reader of the change log for ``tables`` (executor). ``reader_id`` is one of
-        :meth:`reader_ids`: readers that run at the same time use different ids."""
+        :meth:`reader_ids`: readers that run at the same time use different ids. The reader
+        also follows the DDL of ``follow`` (their schema history), without yielding their rows."""
 
     @abstractmethod
     def reader_ids(self) -> list[int]:

@@ -17,6 +17,7 @@ Memory is bounded by the chunk: the staged rows plus one entry per changed key o
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -27,10 +28,35 @@ import pyarrow.compute as pc
 
 from cdc.model.events import ChangeEvent, Row
 from cdc.model.positions import Offset
-from cdc.model.schema import TableSchema
+from cdc.model.schema import TableSchema, schema_from_dict, schema_to_dict
 from chunking.chunks import KeyOrder, SnapshotSplit, decode_value
 
 _KEY_BATCH = 1024  # events whose keys are placed in the chunk with one batched sort-key lookup
+
+# the key of the Arrow schema metadata that carries the table definition a chunk was read under
+READ_SCHEMA_METADATA = b"spark_cdc.read_schema"
+
+
+def tag_read_schema(rows: pa.Table, schema: TableSchema) -> pa.Table:
+    """A chunk's ``rows`` tagged with the table definition its SELECT read them under (schema
+    metadata: it survives staging, so the emit knows what the rows are without the server)."""
+    meta = dict(rows.schema.metadata or {})
+    meta[READ_SCHEMA_METADATA] = json.dumps(schema_to_dict(schema)).encode()
+    return rows.replace_schema_metadata(meta)
+
+
+def read_schema(schema: pa.Schema) -> TableSchema | None:
+    """The definition :func:`tag_read_schema` put on a chunk's rows (None: untagged)."""
+    meta = schema.metadata or {}
+    return schema_from_dict(json.loads(meta[READ_SCHEMA_METADATA])) if READ_SCHEMA_METADATA in meta else None
+
+
+def same_columns(a: TableSchema | pa.Schema, b: TableSchema | pa.Schema) -> bool:
+    """Whether two definitions give rows the same columns: names and Arrow types, in order."""
+    def columns(s: TableSchema | pa.Schema) -> list[tuple[str, pa.DataType]]:
+        fields = s.arrow_schema() if isinstance(s, TableSchema) else s
+        return [(f.name, f.type) for f in fields]
+    return columns(a) == columns(b)
 
 
 @dataclass
@@ -146,6 +172,36 @@ class Region:
     key_column: str | None = None
 
 
+class ChunkFilter:
+    """Keeps the change rows whose key lies in one chunk (a key-changing update's halves each by
+    their own key): the changes of a chunk's keys after a DDL inside its window, which the emit
+    hands to the sinks as changes because its rows stop at the DDL.
+
+    Args:
+        split: the chunk.
+        order: its key column's order.
+    """
+
+    def __init__(self, split: SnapshotSplit, order: KeyOrder) -> None:
+        self.split = split
+        self.order = order
+
+    def keep(self, envelope: pa.Table) -> pa.Table:
+        """The change rows (``cdc.model.envelope`` layout) whose key (before image for deletes)
+        lies in the chunk."""
+        if not envelope.num_rows:
+            return envelope
+        keys = _keys(envelope, self.split.key_column)
+        sort_keys = self.order.sort_keys(keys.to_pylist())
+        return envelope.filter(pa.array([self.split.contains(k, self.order) for k in sort_keys], pa.bool_()))
+
+
+def _keys(envelope: pa.Table, column: str) -> pa.Array:
+    """Each change row's key: the before image's for deletes, else the after image's."""
+    return pc.if_else(pc.equal(envelope["op"], "d"), pc.struct_field(envelope["before"], column),
+                      pc.struct_field(envelope["after"], column))
+
+
 class RegionFilter:
     """Keeps the change rows whose key lies in a table's finished region (``shouldEmit``).
 
@@ -168,8 +224,6 @@ class RegionFilter:
         if self.region.everything or not envelope.num_rows:
             return envelope
         assert self.order is not None and self.region.key_column is not None
-        column = self.region.key_column
-        keys = pc.if_else(pc.equal(envelope["op"], "d"), pc.struct_field(envelope["before"], column),
-                          pc.struct_field(envelope["after"], column))
+        keys = _keys(envelope, self.region.key_column)
         sort_keys = self.order.sort_keys(keys.to_pylist())
         return envelope.filter(pa.array([k < self.bound for k in sort_keys], pa.bool_()))

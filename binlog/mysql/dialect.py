@@ -19,6 +19,7 @@ import pymysql
 
 from binlog.dialect import (
     ChangeRows,
+    ChunkVersion,
     Dialect,
     SupportsBatchCap,
     SupportsSchemaHistory,
@@ -68,6 +69,7 @@ from cdc.model.history import (
 )
 from cdc.model.positions import Offset
 from cdc.model.schema import Column, TableId, TableSchema
+from chunking.backfill import same_columns, tag_read_schema
 from chunking.chunks import KeyValue, SnapshotSplit
 from chunking.splitter import select_chunk_key
 
@@ -89,6 +91,7 @@ class MySqlDialect(Dialect, SupportsSplitSlices, SupportsBatchCap, SupportsState
             raise TypeError(f"the mysql dialect needs a MySqlSourceConfig, not {type(config).__name__}")
         super().__init__(config)
         self.mysql = config
+        self._read_as: dict[TableId, TableSchema] = {}  # executor: the definition the last chunk was read under
 
     # Where the first transaction after a cut begins (the end of a capped batch), found by the
     # reader of the batch that ends there and kept in the state directory, so that the next
@@ -257,17 +260,45 @@ class MySqlDialect(Dialect, SupportsSplitSlices, SupportsBatchCap, SupportsState
 
     # --- executors ------------------------------------------------------------------------
 
-    def read_chunk(self, schema: TableSchema, split: SnapshotSplit) -> tuple[BinlogOffset, pa.Table]:
-        """The LW, then the chunk's rows.
+    def read_chunk(self, schema: TableSchema, split: SnapshotSplit,
+                   on_low_watermark: Callable[[], None] | None = None) -> tuple[BinlogOffset, pa.Table]:
+        """The LW, then the chunk's rows, under the table's definition at the LW.
+
+        The definition is read from information_schema after the SELECT and compared with the
+        one the SELECT used (the last one this dialect read, else ``schema``): equal, no DDL
+        changed the table between the two reads, which enclose the LW and the SELECT. Otherwise
+        (a DDL in between: the SELECT failed, or read columns the table no longer has at the LW)
+        the chunk is read again under the new definition, with a new LW.
 
         Raises:
-            SchemaChanged: the table's columns differ from ``schema`` (DDL during its snapshot,
-                which the schema history does not follow yet).
+            SchemaChanged: the chunk key column is gone (renamed or dropped), or the table's
+                definition kept changing over :data:`READ_ATTEMPTS` reads.
         """
+        table = schema.table_id
+        expected = self._read_as.get(table, schema)
         with contextlib.closing(self.connect()) as conn:
-            lw = low_watermark(conn)
-            _same_columns(schema, load_table_schema(conn, schema.table_id), f"chunk {split.split_id}")
-        return lw, self.select_chunk(schema, split)
+            for _ in range(READ_ATTEMPTS):
+                _require_key(expected, split)
+                lw = low_watermark(conn)
+                if on_low_watermark is not None:
+                    on_low_watermark()
+                failure: Exception | None = None
+                try:
+                    rows = self.select_chunk(expected, split)
+                except Exception as exc:  # a column the SELECT names is gone: the check below tells
+                    failure, rows = exc, None
+                now = load_table_schema(conn, table)
+                if now == expected:
+                    if failure is not None or rows is None:
+                        raise failure or AssertionError("no rows and no failure")
+                    self._read_as[table] = expected
+                    return lw, tag_read_schema(rows, expected)
+                log.info("%s: %s changed while the chunk was read (DDL); reading it again under %s",
+                         split.split_name, table, now.column_names)
+                expected = now
+        raise SchemaChanged(f"{table}: its definition changed {READ_ATTEMPTS} times while {split.split_name} was "
+                            "read; the job stops rather than read it forever. Restart it once the DDL is done",
+                            table=str(table))
 
     def select_chunk(self, schema: TableSchema, split: SnapshotSplit) -> pa.Table:
         """The chunk's rows, read in one consistent SELECT (the second half of read_chunk)."""
@@ -278,8 +309,9 @@ class MySqlDialect(Dialect, SupportsSplitSlices, SupportsBatchCap, SupportsState
     def key_order(self, column: Column, conn: Any) -> KeyOrder:
         return KeyOrder(column, conn)
 
-    def log_reader(self, reader_id: int, tables: Sequence[TableSchema]) -> MySqlLogReader:
-        return MySqlLogReader(self, reader_id, {t.table_id: t for t in tables})
+    def log_reader(self, reader_id: int, tables: Sequence[TableSchema],
+                   follow: Sequence[TableSchema] = ()) -> MySqlLogReader:
+        return MySqlLogReader(self, reader_id, {t.table_id: t for t in tables}, {t.table_id: t for t in follow})
 
     def reader_ids(self) -> list[int]:
         return list(ServerIdRange.parse(self.mysql.server_id).ids)
@@ -345,13 +377,17 @@ class MySqlLogReader:
         dialect: the dialect (connection settings, source name).
         server_id: this reader's replica id.
         schemas: the tables read.
+        follow: tables whose DDL the reader follows into the schema history, rows not read.
     """
 
-    def __init__(self, dialect: MySqlDialect, server_id: int, schemas: dict[TableId, TableSchema]) -> None:
+    def __init__(self, dialect: MySqlDialect, server_id: int, schemas: dict[TableId, TableSchema],
+                 follow: dict[TableId, TableSchema] | None = None) -> None:
         self.dialect = dialect
         self.schemas = schemas
+        self.rows_of = tuple(sorted(schemas))
         config = BinlogReaderOptions(connection=dialect.settings, server_id=server_id,
-                                    tables=tuple(sorted(schemas)), history=dialect.history_store,
+                                    tables=tuple(sorted({*schemas, *(follow or {})})),
+                                    history=dialect.history_store,
                                     behavior=behavior(dialect.mysql.schema_change.behavior))
         self.reader = MySqlBinlogReader(config)
 
@@ -361,13 +397,11 @@ class MySqlLogReader:
     def __exit__(self, *exc: object) -> None:
         self.reader.close()
 
-    def changes(self, start: BinlogOffset, end: BinlogOffset) -> Iterator[ChangeEvent]:
-        """The changes in ``(start, end]``, one per row (the backfill of snapshot chunks).
-
-        Raises:
-            SchemaChanged: a change was written under other columns than the job's schema of its
-                table (DDL during the table's snapshot, which is not followed yet).
-        """
+    def changes(self, start: BinlogOffset, end: BinlogOffset,
+                decode_from: BinlogOffset | None = None) -> Iterator[ChangeEvent]:
+        """The changes in ``(start, end]``, one per row (the backfill of snapshot chunks), each
+        decoded with the schema version in force at it; the binlog before ``decode_from`` is
+        walked for its DDL only (nothing decoded)."""
         here = self.reader.server_identity()
         for bound in (start, end):
             if bound.server not in (None, here):
@@ -377,18 +411,40 @@ class MySqlLogReader:
                     "backfill compares binlog positions of one server. Point the job back at the old "
                     "server until its snapshot finishes, or take a new snapshot (a new checkpoint, state "
                     "directory and sink path)", position=str(bound), server=here)
-        names = {t: list(s.column_names) for t, s in self.schemas.items()}
-        for change in self.reader.read(start, end):
-            image = change.after if change.after is not None else change.before
-            if image is not None and list(image) != names[change.table_id]:
-                where = str(change.position)
-                raise SchemaChanged(
-                    f"a change of {change.table_id} at {where} has "
-                    f"columns {list(image)}, but its snapshot reads {names[change.table_id]}: a DDL "
-                    "changed the table while its snapshot was in flight, which spark-cdc does not "
-                    "follow yet. Take a new snapshot (a new checkpoint, state directory and sink path)",
-                    table=str(change.table_id), position=where)
-            yield change
+        if start.cut:  # a capped batch's end: from the first transaction after it, when known
+            start = self.dialect.walk_hint(start) or start
+        if decode_from is not None and start.is_before(decode_from):
+            upto = decode_from if decode_from.is_before(end) else end
+            for _ in self.reader.read(start, upto, tables=()):
+                pass  # nothing is decoded; the walk records the DDL on the way
+            start = upto
+        yield from self.reader.read(start, end, tables=self.rows_of)
+
+    def chunk_version(self, table: TableId, low: BinlogOffset, high: BinlogOffset, read: pa.Schema) -> ChunkVersion:
+        """The version in force at ``low`` (the binlog holds every DDL, so the history knows it
+        once the walk passed ``low``) and the versions whose DDL lies in ``(low, high)``."""
+        history = self.reader.history
+        at = _offset_key(low)
+        version = history.at(table, at)
+        if version is None or not same_columns(version.schema, read):
+            have = [f"{f.name} {f.type}" for f in version.schema.arrow_schema()] if version is not None else "none"
+            raise SchemaChanged(
+                f"a snapshot chunk of {table} read at {low} has columns {[f'{f.name} {f.type}' for f in read]}, "
+                f"but the schema history has {have} there: a DDL changed the table where the binlog does not "
+                "show it (made before the job started, or with sql_log_bin=0). Take a new snapshot (a new "
+                "checkpoint, state directory and sink path)", table=str(table), position=str(low))
+        later = tuple(v for v in history.versions(table) if v.key > at and _version_offset(v).is_before(high))
+        return ChunkVersion(version, _version_offset(later[0]) if later else None, later)
+
+    def version_at(self, table: TableId, offset: BinlogOffset) -> SchemaVersion | None:
+        return self.reader.history.at(table, _offset_key(offset))
+
+    def snapshot_rows(self, table: TableId, version: SchemaVersion, rows: pa.Table, ts_ms: int) -> pa.Table:
+        history = self.reader.history
+        sink = history.sink_schema(table, version.version)
+        if sink is not version.schema:
+            rows = project_rows(rows, sink)
+        return with_schema(rows, sink, version.version, self._schema_change(table, version, ts_ms, 0))
 
     def change_rows(self, start: BinlogOffset, end: BinlogOffset,
                     decode_from: BinlogOffset | None = None) -> Iterator[ChangeRows]:
@@ -397,7 +453,8 @@ class MySqlLogReader:
         pending: list[EventRows] = []
         rows = 0
         walk_from = self.dialect.walk_hint(start) if start.cut else None
-        for event in self.reader.read_event_rows(start, end, decode_from=decode_from, walk_from=walk_from):
+        for event in self.reader.read_event_rows(start, end, self.rows_of, decode_from=decode_from,
+                                                 walk_from=walk_from):
             pending.append(event)
             rows += event.num_rows
             if rows >= STREAM_ROWS:
@@ -427,19 +484,21 @@ class MySqlLogReader:
                 sink = history.sink_schema(table, version)
                 if sink is not source:
                     rows = project_rows(rows, sink)
-                change = self._schema_change(table, history.versions(table)[version], first)
+                change = self._schema_change(table, history.versions(table)[version], first.ts_ms,
+                                             first.server_id)
                 yield ChangeRows(table, with_schema(rows, sink, version, change),
                                  ChangePosition(first.file, first.pos, first.first_row).sort_key())
 
 
-    def _schema_change(self, table: TableId, version: SchemaVersion, first: EventRows) -> SchemaChange | None:
+    def _schema_change(self, table: TableId, version: SchemaVersion, ts_ms: int,
+                       server_id: int) -> SchemaChange | None:
         """The DDL that made ``version`` (None for version 0), its source block at the statement;
         ``ts_ms`` is the first change's under it (the history keeps no time per statement)."""
         if version.version == 0 or version.ddl is None:
             return None
         file, _, pos = version.position.rpartition(":")
-        source = source_block(CONNECTOR, self.dialect.mysql.name, table, first.ts_ms, "false",
-                              {"server_id": first.server_id, "file": file, "pos": int(pos), "row": 0,
+        source = source_block(CONNECTOR, self.dialect.mysql.name, table, ts_ms, "false",
+                              {"server_id": server_id, "file": file, "pos": int(pos), "row": 0,
                                "query": version.ddl})
         return SchemaChange(version.version, version.ddl, source, version.schema)
 
@@ -500,12 +559,26 @@ def behavior(configured: str) -> Behavior:
     return configured  # type: ignore[return-value]
 
 
-def _same_columns(schema: TableSchema, now: TableSchema, where: str) -> None:
-    """Refuse to snapshot a table whose columns changed since the job read its schema."""
-    if [(c.name, c.arrow) for c in now.columns] != [(c.name, c.arrow) for c in schema.columns]:
+READ_ATTEMPTS = 5  # reads of one chunk while DDL keeps changing its table
+
+
+def _require_key(schema: TableSchema, split: SnapshotSplit) -> None:
+    """Refuse to read a chunk whose key column the table no longer has."""
+    if split.key_column.lower() not in (c.lower() for c in schema.column_names):
         raise SchemaChanged(
-            f"{schema.table_id} now has columns {now.column_names}, but its snapshot ({where}) reads "
-            f"{schema.column_names}: a DDL changed the table while its snapshot was in flight, which "
-            "spark-cdc does not follow yet. Take a new snapshot (a new checkpoint, state directory "
-            "and sink path); schema changes after a table's snapshot finished are followed",
-            table=str(schema.table_id))
+            f"{schema.table_id}: its chunk key column {split.key_column} was renamed or dropped while its "
+            f"snapshot was in flight (the table now has {schema.column_names}); spark-cdc follows DDL "
+            "during a snapshot except on the chunk key. Take a new snapshot (a new checkpoint, state "
+            "directory and sink path)", table=str(schema.table_id))
+
+
+def _offset_key(offset: BinlogOffset) -> tuple[int, int]:
+    """An offset as a schema history key (file number, byte)."""
+    return int(offset.file.rsplit(".", 1)[1]), offset.pos
+
+
+def _version_offset(version: SchemaVersion) -> BinlogOffset:
+    """Where a version starts as an offset: right after its DDL statement, the end of that
+    statement's transaction (a DDL commits implicitly)."""
+    file = version.position.rpartition(":")[0]
+    return BinlogOffset(file, version.key[1])

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -50,13 +51,17 @@ from binlog.postgres.types import (
 )
 from cdc.model.config import SourceConfig
 from cdc.model.envelope import source_block
-from cdc.model.errors import ConfigError
+from cdc.model.errors import ConfigError, SchemaChanged
 from cdc.model.positions import Offset
 from cdc.model.schema import Column, TableId, TableSchema
+from chunking.backfill import tag_read_schema
 from chunking.chunks import KeyValue, SnapshotSplit, SortKey
 from chunking.splitter import select_chunk_key
 
+log = logging.getLogger(__name__)
+
 SYSTEM_SCHEMAS = ("pg_catalog", "information_schema", "pg_toast")
+READ_ATTEMPTS = 5  # reads of one chunk while DDL keeps changing its table
 
 
 def chunkable(column: Column) -> bool:
@@ -84,6 +89,7 @@ class PostgresDialect(Dialect, SupportsLogRelease, SupportsSchemaHistory, Suppor
             raise TypeError(f"the postgres dialect needs a PostgresSourceConfig, not {type(config).__name__}")
         super().__init__(config)
         self.postgres = config
+        self._read_as: dict[TableId, TableSchema] = {}  # executor: the definition the last chunk was read under
 
     @property
     def settings(self) -> PgSettings:
@@ -168,20 +174,60 @@ class PostgresDialect(Dialect, SupportsLogRelease, SupportsSchemaHistory, Suppor
 
     # --- executors ------------------------------------------------------------------------
 
-    def read_chunk(self, schema: TableSchema, split: SnapshotSplit) -> tuple[LsnOffset, pa.Table]:
+    def read_chunk(self, schema: TableSchema, split: SnapshotSplit,
+                   on_low_watermark: Callable[[], None] | None = None) -> tuple[LsnOffset, pa.Table]:
         """LW (the WAL flush position), a wait for the transactions committing at that moment,
         then one COPY of the key range: every transaction that committed before the LW is in
-        the rows, every later one is in the log after the LW."""
+        the rows, every later one is in the log after the LW.
+
+        The rows are read under the table's definition at the LW: the catalog is read after the
+        COPY and compared with the definition the COPY used (the last one this dialect read,
+        else ``schema``); a DDL in between reads the chunk again under the new one, with a new
+        LW.
+
+        Raises:
+            SchemaChanged: the chunk key column is gone (renamed or dropped), or the table's
+                definition kept changing over :data:`READ_ATTEMPTS` reads.
+        """
+        table = schema.table_id
+        expected = self._read_as.get(table, schema)
         with contextlib.closing(self.connect()) as conn:
-            lw = flush_lsn(conn)
-            wait_for_committing(conn, self.postgres.snapshot_wait_s)
-            return lw, select_chunk(conn, schema, split)
+            for _ in range(READ_ATTEMPTS):
+                if split.key_column not in expected.column_names:
+                    raise SchemaChanged(
+                        f"{table}: its chunk key column {split.key_column} was renamed or dropped while its "
+                        f"snapshot was in flight (the table now has {expected.column_names}); spark-cdc "
+                        "follows DDL during a snapshot except on the chunk key. Take a new snapshot (a new "
+                        "checkpoint, state directory and sink path)", table=str(table))
+                lw = flush_lsn(conn)
+                if on_low_watermark is not None:
+                    on_low_watermark()
+                wait_for_committing(conn, self.postgres.snapshot_wait_s)
+                failure: Exception | None = None
+                try:
+                    rows = select_chunk(conn, expected, split)
+                except Exception as exc:  # a column the COPY names is gone: the check below tells
+                    failure, rows = exc, None
+                now = load_table_schema(conn, table, self.postgres.database)
+                if now == expected:
+                    if failure is not None or rows is None:
+                        raise failure or AssertionError("no rows and no failure")
+                    self._read_as[table] = expected
+                    return lw, tag_read_schema(rows, expected)
+                log.info("%s: %s changed while the chunk was read (DDL); reading it again under %s",
+                         split.split_name, table, now.column_names)
+                expected = now
+        raise SchemaChanged(f"{table}: its definition changed {READ_ATTEMPTS} times while {split.split_name} was "
+                            "read; the job stops rather than read it forever. Restart it once the DDL is done",
+                            table=str(table))
 
     def key_order(self, column: Column, conn: Any) -> PostgresKeyOrder:
         return PostgresKeyOrder()
 
-    def log_reader(self, reader_id: int, tables: Sequence[TableSchema]) -> PostgresLogReader:
-        return PostgresLogReader(self.postgres, self.connect, {t.table_id: t for t in tables}, self.history_store)
+    def log_reader(self, reader_id: int, tables: Sequence[TableSchema],
+                   follow: Sequence[TableSchema] = ()) -> PostgresLogReader:
+        return PostgresLogReader(self.postgres, self.connect, {t.table_id: t for t in tables}, self.history_store,
+                                 {t.table_id: t for t in follow})
 
     def reader_ids(self) -> list[int]:
         return list(range(self.postgres.log_readers))

@@ -15,8 +15,8 @@ The stream's change rows (:meth:`PostgresLogReader.change_rows`) follow DDL: eac
 decoded with the schema version its Relation message describes (:mod:`relations`), and tagged
 with the sinks' schema under ``source.schema_change.behavior``
 (:func:`cdc.model.history.with_schema`), as the MySQL reader does. The backfill's changes
-(:meth:`PostgresLogReader.changes`) keep the job's schema: DDL during a table's snapshot is not
-followed (docs/schema-evolution.md).
+(:meth:`PostgresLogReader.changes`) are decoded the same way, each with its version's columns, so
+a DDL during a table's snapshot is followed (docs/schema-evolution.md, "DDL during a snapshot").
 """
 
 from __future__ import annotations
@@ -30,14 +30,14 @@ from typing import Any, cast
 import numpy as np
 import pyarrow as pa
 
-from binlog.dialect import ChangeRows
+from binlog.dialect import ChangeRows, ChunkVersion
 from binlog.postgres import pgoutput
 from binlog.postgres.change_rows import column_order, table_rows
 from binlog.postgres.config import PostgresSourceConfig
 from binlog.postgres.pgoutput import UNCHANGED, Begin, Commit, Relation, RowChange, Truncate
 from binlog.postgres.pgoutput_columnar import MessageBlock, Scan, scan
 from binlog.postgres.positions import ChangeLsn, LsnOffset, format_lsn
-from binlog.postgres.relations import RelationVersions
+from binlog.postgres.relations import RelationVersions, describe
 from binlog.postgres.server import check_start, close_quietly, with_slot
 from binlog.postgres.types import CONNECTOR, quote_ident, sql_table, to_arrow_rows
 from cdc.model.envelope import envelope_schema, row_type, source_block, source_type
@@ -52,6 +52,7 @@ from cdc.model.history import (
     with_schema,
 )
 from cdc.model.schema import TableId, TableSchema
+from chunking.backfill import read_schema, same_columns
 
 log = logging.getLogger(__name__)
 
@@ -102,13 +103,17 @@ class PostgresLogReader:
         schemas: the tables read.
         history: where the schema history persists (the job's state directory); None keeps it in
             this reader's memory, starting each table at ``schemas``.
+        follow: tables whose changes are decoded for their schema versions only (recorded in the
+            history when new), never yielded.
     """
 
     def __init__(self, config: PostgresSourceConfig, connect: Callable[[], Any],
-                 schemas: dict[TableId, TableSchema], history: HistoryStore | None = None) -> None:
+                 schemas: dict[TableId, TableSchema], history: HistoryStore | None = None,
+                 follow: dict[TableId, TableSchema] | None = None) -> None:
         self.config = config
         self.connect = connect
         self.schemas = schemas
+        self.tables = {**(follow or {}), **schemas}  # decoded: rows of ``schemas``, versions of all
         self.decoder = os.environ.get(DECODER_ENV, "columnar")
         self._conn: Any = None
         behavior = cast(Behavior, config.schema_change.behavior)  # evolve/try_evolve: refused by the config
@@ -130,23 +135,102 @@ class PostgresLogReader:
 
     # --- the contract ---------------------------------------------------------------------
 
-    def changes(self, start: LsnOffset, end: LsnOffset) -> Iterator[ChangeEvent]:
-        """The changes in ``(start, end]``, one per row, in commit order (key updates whole)."""
+    def changes(self, start: LsnOffset, end: LsnOffset, decode_from: LsnOffset | None = None) -> Iterator[ChangeEvent]:
+        """The changes in ``(start, end]``, one per row, in commit order (key updates whole),
+        each decoded with its schema version (recorded when new, as :meth:`change_rows` does);
+        those committed before ``decode_from`` are decoded for their versions only."""
+        self._start_versions()
+        first = start.lsn if decode_from is None else max(start.lsn, decode_from.lsn)
         if self.decoder == "columnar":
-            for table, rows in self._columnar(start, end, versioned=False):
+            for table, rows in self._columnar(start, end, versioned=True, split=False, tag=False):
                 for r in rows.to_pylist():
                     s = r["source"]
-                    yield ChangeEvent(table, r["op"], r["before"], r["after"],
-                                      ChangeLsn(s["commit_lsn"], s["lsn"], s["row"]), r["ts_ms"], s)
+                    if s["commit_lsn"] >= first:
+                        yield ChangeEvent(table, r["op"], r["before"], r["after"],
+                                          ChangeLsn(s["commit_lsn"], s["lsn"], s["row"]), r["ts_ms"], s)
             return
         pending: list[RawChange] = []
-        for raw in self.raw_changes(start, end):
+        for raw in self._raw_changes(start, end, versioned=True):
+            if raw.position.commit < first:
+                continue
             pending.append(raw)
             if len(pending) >= STREAM_ROWS:
                 yield from self._events(pending)
                 pending = []
         if pending:
             yield from self._events(pending)
+
+    def chunk_version(self, table: TableId, low: LsnOffset, high: LsnOffset, read: pa.Schema) -> ChunkVersion:
+        """The version a chunk of ``table`` read at ``low`` was read under, and the versions that
+        start in its window (their first change committed in ``[low, high)``).
+
+        PostgreSQL shows a DDL only with the table's next change, so the history may not know yet
+        the definition a chunk was read under (``read``): then its first change came after the LW
+        (the first version in the window is the chunk's), or has not come up to ``high``: the
+        version is recorded here, at ``high``, where the job first knows it (every change after
+        ``high`` is written under it; none of the table's changes lies between the DDL and
+        ``high``). Call it only after :meth:`changes` read up to ``high``.
+
+        Raises:
+            SchemaChanged: under ``exception`` when the version is recorded here; or a definition
+                that neither the history nor the catalog at the read explains.
+        """
+        self._start_versions()
+        history = self.versions.history
+        base = history.at(table, (low.lsn, -1))
+        if base is None:
+            raise ValueError(f"{table} has no schema history (its version 0 is started first)")
+        later = tuple(v for v in history.versions(table) if (low.lsn, -1) < v.key and v.key[0] < high.lsn)
+        if same_columns(base.schema, read):
+            version = base
+        elif later and same_columns(later[0].schema, read):
+            version, later = later[0], later[1:]  # the DDL came before the LW, its first change after
+        elif not later:
+            version = self._record_read(table, base, high, read)
+        else:
+            raise SchemaChanged(
+                f"a snapshot chunk of {table} read at {low} has columns {read.names}, but the table had "
+                f"{base.schema.column_names} there and {later[0].schema.column_names} from {later[0].position}: "
+                "its definition changed twice around the chunk's read with no change of the table in "
+                "between. Take a new snapshot (a new checkpoint, state directory and sink path)",
+                table=str(table), position=str(low))
+        return ChunkVersion(version, LsnOffset(later[0].key[0]) if later else None, later)
+
+    def _record_read(self, table: TableId, base: SchemaVersion, high: LsnOffset, read: pa.Schema) -> SchemaVersion:
+        """Record the definition a chunk was read under, which no change has shown yet, at
+        ``high`` (see :meth:`chunk_version`)."""
+        schema = read_schema(read)
+        if schema is None:
+            raise SchemaChanged(f"a staged snapshot chunk of {table} does not say which definition it was read "
+                                "under (staged by an older version); take a new snapshot", table=str(table))
+        ddl = describe(base.schema, schema) + " (seen in the catalog by a snapshot chunk's read; no change " \
+            "of the table was written under it yet)"
+        where = format_lsn(high.lsn)
+        if self.versions.behavior == "exception":
+            raise SchemaChanged(
+                f"captured table {table} changed while its snapshot was in flight: a snapshot chunk read it "
+                f"before {where}; {ddl}. source.schema_change.behavior is 'exception', so the job stops "
+                "here; set it to 'lenient' to follow the change, or take a new snapshot from after it (new "
+                "checkpoint)", table=str(table), position=where, ddl=ddl)
+        version = self.versions.history.record(table, (high.lsn, 0), where, ddl, schema)
+        if not same_columns(version.schema, read):
+            raise SchemaChanged(
+                f"{table}: snapshot chunks emitted at {where} were read under two definitions "
+                f"({version.schema.column_names} and {read.names}) with no change of the table in between; "
+                "take a new snapshot (a new checkpoint, state directory and sink path)", table=str(table))
+        log.info("%s: schema version %d from %s: %s", table, version.version, where, ddl)
+        return version
+
+    def version_at(self, table: TableId, offset: LsnOffset) -> SchemaVersion | None:
+        self._start_versions()
+        return self.versions.history.at(table, (offset.lsn, -1))
+
+    def snapshot_rows(self, table: TableId, version: SchemaVersion, rows: pa.Table, ts_ms: int) -> pa.Table:
+        return self._tagged(table, version.version, rows, ts_ms, 0)
+
+    def _start_versions(self) -> None:
+        for schema in self.tables.values():
+            self.versions.start(schema)
 
     def change_rows(self, start: LsnOffset, end: LsnOffset, decode_from: Any | None = None) -> Iterator[ChangeRows]:
         """The same changes as Arrow change rows per table and schema version (key updates
@@ -157,8 +241,7 @@ class PostgresLogReader:
             SchemaChanged: a table's definition changed under ``schema_change.behavior:
                 exception``, or ``lenient`` cannot widen a column to its new type.
         """
-        for schema in self.schemas.values():
-            self.versions.start(schema)
+        self._start_versions()
         if self.decoder == "columnar":
             for table, rows in self._columnar(start, end, versioned=True):
                 source = rows.column("source").chunk(0)
@@ -176,11 +259,12 @@ class PostgresLogReader:
 
     # --- decoding, column-wise (pgoutput_columnar, change_rows) ----------------------------
 
-    def _columnar(self, start: LsnOffset, end: LsnOffset, versioned: bool) -> Iterator[tuple[TableId, pa.Table]]:
+    def _columnar(self, start: LsnOffset, end: LsnOffset, versioned: bool, split: bool = True,
+                  tag: bool = True) -> Iterator[tuple[TableId, pa.Table]]:
         """The kept changes as change rows per table, :data:`STREAM_ROWS` changes at a time (the
-        tables of each in order of their first change). ``versioned``: per schema version, key
-        updates split, tagged (the stream); else with the job's schemas, key updates whole (the
-        backfill)."""
+        tables of each in order of their first change). ``versioned``: per schema version (key
+        updates split and rows tagged unless ``split``/``tag`` say otherwise); else with the
+        job's schemas, key updates whole. Rows of ``follow`` tables are never built."""
         if not start.is_before(end):
             return
         d = self.config
@@ -190,7 +274,7 @@ class PostgresLogReader:
             lambda: conn.cursor(binary=True).execute(_PEEK_BINARY, (d.slot, format_lsn(end.lsn),
                                                                     d.publication_name)).fetchall(),
             d.slot, d.slot_wait_s))
-        kept = scan(block, start.lsn, end.lsn, lambda rel: TableId(rel.namespace, rel.name) in self.schemas)
+        kept = scan(block, start.lsn, end.lsn, lambda rel: TableId(rel.namespace, rel.name) in self.tables)
         for relations, lsn in kept.truncates:
             self._truncated(relations, format_lsn(lsn))
         tables = [TableId(r.namespace, r.name) for r in kept.relations]
@@ -204,6 +288,8 @@ class PostgresLogReader:
             _, first = np.unique(piece, return_index=True)
             for t in piece[np.sort(first)].tolist():
                 table, mine = by_id[t], piece == t
+                if table not in self.schemas:
+                    continue  # a followed table: its versions are recorded, its rows not wanted
                 for v in np.unique(versions[mine]).tolist():  # versions follow log order
                     at = lo + np.flatnonzero(mine & (versions == v))
                     if not versioned:
@@ -211,8 +297,9 @@ class PostgresLogReader:
                                                 self._current_values, split=False)
                         continue
                     schema = self.versions.history.versions(table)[v].schema
-                    rows = table_rows(block, kept, at, schema, self.config.name, self._current_values)
-                    yield table, self._tagged(table, v, rows, int(kept.ts_ms[at[0]]), int(kept.xid[at[0]]))
+                    rows = table_rows(block, kept, at, schema, self.config.name, self._current_values, split=split)
+                    yield table, (self._tagged(table, v, rows, int(kept.ts_ms[at[0]]), int(kept.xid[at[0]]))
+                                  if tag else rows)
 
     def _relation_versions(self, block: MessageBlock, kept: Scan, tables: list[TableId]) -> np.ndarray:
         """Per Relation message of ``kept`` (and a last entry for none), the schema version its
@@ -274,7 +361,7 @@ class PostgresLogReader:
             msg = pgoutput.decode(data)
             if isinstance(msg, RowChange):
                 rel, number = relations[msg.relation]
-                if TableId(rel.namespace, rel.name) in self.schemas:
+                if TableId(rel.namespace, rel.name) in (self.tables if versioned else self.schemas):
                     txn.append((msg, _lsn(lsn_text), rel, number))
             elif isinstance(msg, Begin):
                 begin, txn = msg, []
@@ -299,6 +386,8 @@ class PostgresLogReader:
                 if number not in resolved:
                     resolved[number] = self.versions.version(rel, table, key, key)
                 self.versions.check(table, resolved[number], key)
+            if table not in self.schemas:
+                continue  # a followed table: its version recorded, its rows not wanted
             layout = layouts.get(number)
             if layout is None:
                 version = resolved[number] if resolved is not None else None
@@ -373,10 +462,16 @@ class PostgresLogReader:
     # --- Arrow ----------------------------------------------------------------------------
 
     def _events(self, raws: list[RawChange]) -> Iterator[ChangeEvent]:
+        """Per-row changes (key updates whole), each image with its version's columns."""
         for table, mine in _by_table(raws).items():
-            rows = envelope(self.schemas[table], mine, self.config.name).to_pylist()
-            for raw, r in zip(mine, rows, strict=True):
-                yield ChangeEvent(table, r["op"], r["before"], r["after"], raw.position, raw.ts_ms, r["source"])
+            runs: dict[int, list[RawChange]] = {}
+            for r in mine:
+                runs.setdefault(r.version, []).append(r)
+            for version, run in runs.items():
+                schema = self.versions.history.versions(table)[version].schema
+                rows = envelope(schema, run, self.config.name).to_pylist()
+                for raw, r in zip(run, rows, strict=True):
+                    yield ChangeEvent(table, r["op"], r["before"], r["after"], raw.position, raw.ts_ms, r["source"])
 
     def _rows(self, raws: list[RawChange]) -> Iterator[ChangeRows]:
         """Change rows per table and schema version (versions follow log order), tagged."""

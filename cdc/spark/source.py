@@ -333,30 +333,41 @@ def plan_partitions(start: SourceOffset, end: SourceOffset, ctx: TaskContext, sp
     stages: list[Any] = [StageChunk(t, i) for t, (lo, hi) in sorted(end.stage.items()) for i in range(lo, hi)]
     emits: list[Any] = [EmitChunk(t, i) for t, (lo, hi) in sorted(end.emit.items()) for i in range(lo, hi)]
     streaming = regions(start, ctx) if ctx.dialect.config.startup_mode != "snapshot" else {}
-    stream = [StreamSlice(start.position, hw, streaming)] if streaming and start.position.is_before(hw) else []
+    # Every batch follows the DDL of the tables whose rows it does not stream, so the schema
+    # history is complete up to each batch's start (the emits' log reads begin there); a table
+    # from the batch after the one it joined in, whose start follows the reading of its definition
+    # (so its CREATE TABLE, which that definition already is, is not followed as a change).
+    follow = tuple(sorted(str(t) for t in ctx.schemas if str(t) not in streaming and str(t) in start.tables))
+    stream = [StreamSlice(start.position, hw, streaming, follow=follow)] \
+        if (streaming or follow) and start.position.is_before(hw) else []
     parts: list[CdcPartition] = []
-    if ctx.dialect.config.backfill_skip:  # its emits read no log: spread them as stages are
+    since = start.position
+    skip = ctx.dialect.config.backfill_skip
+    if skip:  # its emits read their chunks (and the log for DDL only): spread them as stages are
         stages, emits = stages + emits, []
     emit_slots = min(p, len(reader_ids) - 1)
     if emit_slots < 1:  # one reader id: the stream task does the emits too, one after another
         stream_items: list[Any] = list(emits) + stream
         emits = []
-    elif stream and not emits:
+    elif stream and not emits and not (skip and stages):
         stream_items = []
-        for i, piece in enumerate(_cut(stream[0], min(p, len(reader_ids)), ctx.dialect, connection)):
-            parts.append(CdcPartition(i, reader_ids[i], [piece], hw, ts))
+        pieces = _cut(stream[0], min(p, len(reader_ids)), ctx.dialect, connection) if streaming else stream
+        for i, piece in enumerate(pieces):
+            parts.append(CdcPartition(i, reader_ids[i], [piece], hw, ts, since))
     else:
         stream_items = list(stream)
     if stream_items:
-        parts.append(CdcPartition(0, reader_ids[0], stream_items, hw, ts))
+        parts.append(CdcPartition(0, reader_ids[0], stream_items, hw, ts, since))
     # Task j emits a contiguous run of chunks (its files then cover one key range) and stages a
     # run of the next ones, at the same time (cdc/spark/tasks.py). Only emits read the log, each
-    # with its own reader id; staging reads none.
+    # with its own reader id; staging reads none (backfill_skip: its emits walk the log up to
+    # their chunks for DDL, with the ids after the stream's).
     emit_runs, stage_runs = _runs(emits, emit_slots), _runs(stages, p)
     for j in range(max(len(emit_runs), len(stage_runs))):
         items = (emit_runs[j] if j < len(emit_runs) else []) + (stage_runs[j] if j < len(stage_runs) else [])
-        reader = reader_ids[1 + j] if j < len(emit_runs) else reader_ids[0]
-        parts.append(CdcPartition(len(parts), reader, items, hw, ts))
+        reader = reader_ids[1 + j] if j < len(emit_runs) else \
+            reader_ids[(1 + j) % len(reader_ids)] if skip else reader_ids[0]
+        parts.append(CdcPartition(len(parts), reader, items, hw, ts, since))
     return list(parts)
 
 
