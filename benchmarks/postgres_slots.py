@@ -49,6 +49,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from binlog.postgres.server import with_slot
 from cdc.app.sandbox.postgres import PgEndpoint, start_postgres
 
 RESULTS = Path(__file__).with_name("results")
@@ -116,16 +117,20 @@ def _peek(conn: psycopg.Connection[Any], slot: str, upto: str) -> tuple[int, int
 
 
 def _turns(action: Callable[[], Any]) -> tuple[Any, float]:
-    """Run ``action`` on the shared slot, retrying while another reader holds it (the job's
-    ``server.with_slot``); returns its result and the seconds spent waiting."""
-    waited, pause = 0.0, 0.005
-    while True:
-        try:
-            return action(), waited
-        except psycopg.errors.ObjectInUse:
-            time.sleep(pause)
-            waited += pause
-            pause = min(pause * 2, 0.2)
+    """Run ``action`` on the shared slot as the job does (``server.with_slot``: retried while
+    another reader holds the slot); returns its result and the seconds spent before the attempt
+    that succeeded."""
+    took: list[float] = []
+
+    def timed() -> Any:
+        t0 = time.monotonic()
+        out = action()
+        took.append(time.monotonic() - t0)
+        return out
+
+    started = time.monotonic()
+    out = with_slot(timed, "shared", wait_s=3600)
+    return out, time.monotonic() - started - took[-1]
 
 
 class Writer(threading.Thread):
