@@ -33,12 +33,15 @@ from chunking.splitter import SplitQueries
 @dataclass(frozen=True)
 class ChangeRows:
     """Change rows of one table from a log slice, in log order (:mod:`cdc.model.envelope`
-    layout, primary-key updates already split into a delete and a create).
+    layout, primary-key updates already split into a delete and a create). No row: a DDL of the
+    table handed over where it lies, tagged with its version and the DDL
+    (:func:`cdc.model.history.with_schema`; MySQL, where the log holds the statement).
 
     Attributes:
         table_id: the table.
         rows: the change rows.
-        first: the log sort key of the first row (orders the files of a split slice).
+        first: the log sort key of the first row (of the DDL without rows; orders the files of a
+            split slice).
     """
 
     table_id: TableId

@@ -20,6 +20,12 @@ are new to the sink (a key is read once, and no change of it flows before its ch
 so a sink may append them. ``changes`` are log changes (c/u/d) of one batch, in log order per
 table once sorted by their ``first`` position.
 
+Schema changes reach a sink with the rows: rows a dialect tagged (:func:`cdc.model.history.with_schema`)
+carry their sink schema, schema version and, after a DDL, the DDL. A DDL in a batch's log slice
+is also handed over where it lies, as a set of ``changes`` without a row (the table may see no
+change after it for a long time): :meth:`SinkWriter.stage` stages it as one :class:`SchemaStep`
+item, which the driver side applies (evolve its tables, publish the DDL) with no row to write.
+
 Registered sinks: :mod:`sinks.registry`. A new sink is one module plus one registry line, and
 the contract suite (tests/test_sink_contract.py) runs it.
 """
@@ -34,8 +40,9 @@ import pyarrow as pa
 
 from cdc.model.config import SinkConfig
 from cdc.model.errors import CdcError, Terminal
+from cdc.model.history import tagged_change, tagged_schema
 from cdc.model.hooks import NO_HOOKS, Hooks
-from cdc.model.schema import TableId, TableSchema
+from cdc.model.schema import TableId, TableSchema, schema_from_dict, schema_to_dict
 
 StreamKind = Literal["snapshot", "changes"]
 
@@ -55,6 +62,19 @@ class InvalidChangeBatch(SinkError):
 class SinkWriter(ABC):
     """A sink's executor side: stages change rows (picklable; opens what it needs per call)."""
 
+    def stage(self, schema: TableSchema, rows: pa.Table, stream: StreamKind) -> list[dict[str, Any]]:
+        """Stage one table's change rows (what the job calls): :meth:`write` for rows; a set
+        without a row that carries a DDL (a schema version's first appearance in the log, before
+        any change under it) becomes one :class:`SchemaStep` item, nothing written.
+
+        Raises:
+            InvalidChangeBatch: the rows break the change-row contract.
+        """
+        if rows.num_rows:
+            return self.write(schema, rows, stream)
+        step = SchemaStep.of(rows)
+        return [step.to_dict()] if step is not None else []
+
     @abstractmethod
     def write(self, schema: TableSchema, rows: pa.Table, stream: StreamKind) -> list[dict[str, Any]]:
         """Stage one table's change rows.
@@ -70,6 +90,54 @@ class SinkWriter(ABC):
         Raises:
             InvalidChangeBatch: the rows break the change-row contract.
         """
+
+
+@dataclass(frozen=True)
+class SchemaStep:
+    """A DDL handed to a sink without rows: a staged item that holds no file (JSON-able).
+
+    Attributes:
+        version: the source schema version the DDL made.
+        schema: the sink schema from then on (:func:`cdc.model.schema.schema_to_dict`).
+        schema_change: the DDL as a sink publishes it (:meth:`cdc.model.history.SchemaChange.to_dict`).
+    """
+
+    version: int
+    schema: dict[str, Any]
+    schema_change: dict[str, Any]
+
+    @classmethod
+    def of(cls, rows: pa.Table) -> SchemaStep | None:
+        """The step that rows a dialect tagged carry (None: not tagged, or with no DDL)."""
+        tagged, change = tagged_schema(rows), tagged_change(rows)
+        if tagged is None or change is None:
+            return None
+        return cls(tagged[1], schema_to_dict(tagged[0]), change.to_dict())
+
+    def table_schema(self) -> TableSchema:
+        """The sink schema from this step on."""
+        return schema_from_dict(self.schema)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {SCHEMA_STEP: True, "version": self.version, "schema": self.schema,
+                "schema_change": self.schema_change}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SchemaStep:
+        return cls(int(d["version"]), dict(d["schema"]), dict(d["schema_change"]))
+
+    @staticmethod
+    def is_step(item: dict[str, Any]) -> bool:
+        """Whether a staged item is a schema step (it names no file)."""
+        return bool(item.get(SCHEMA_STEP))
+
+
+SCHEMA_STEP = "schema_step"  # the key that marks a staged item as a SchemaStep
+
+
+def staged_files(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The staged items that name files (schema steps left out)."""
+    return [item for item in items if not SchemaStep.is_step(item)]
 
 
 @dataclass(frozen=True)
@@ -109,7 +177,9 @@ class TableBatch:
     Attributes:
         schema: the table.
         snapshot: descriptions of staged snapshot rows (any order).
-        changes: descriptions of staged log changes, in log order.
+        changes: descriptions of staged log changes, in log order; among them the
+            :class:`SchemaStep` items of DDL handed over without rows (:func:`staged_files`
+            leaves them out).
         snapshot_rows: how many snapshot rows they hold.
         change_rows: how many change rows they hold.
     """

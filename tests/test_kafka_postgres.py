@@ -19,8 +19,9 @@ import pyarrow as pa
 import pytest
 from faults import InjectedFault
 from kafka_broker import Record, read_topic
-from pipeline import _identity, _normalize, kafka_sink, writing
+from pipeline import _identity, _normalize, _ReadOnlyHistory, kafka_sink, writing
 from pipeline_pg import PgPipeline, PgRandomWriter, assert_log_exact
+from postgres_server import pg_dialect
 from test_debezium_postgres import ANNE, CUSTOMERS, KEY_ONLY, change_row, col, pg_source
 
 from binlog.postgres.types import postgres_table
@@ -30,7 +31,9 @@ from cdc.app.sandbox.postgres import PostgresSandbox
 from cdc.model.debezium.codec import decode_value
 from cdc.model.debezium.connect import POSTGRES_SOURCE_FIELDS
 from cdc.model.envelope import envelope_schema
+from cdc.model.history import SchemaHistory, tagged_schema
 from cdc.model.schema import TableId, TableSchema
+from cdc.spark.state import StateStore
 from sinks.base import InvalidChangeBatch
 from sinks.kafka.config import KafkaSinkConfig
 from sinks.kafka.messages import NEW_KEY_HEADER, OLD_KEY_HEADER, encode_rows
@@ -170,7 +173,7 @@ def test_postgres_to_kafka_is_exact_across_a_crash_after_the_kafka_commit(
         admin.execute("INSERT INTO t SELECT i * 2, 'v' || i, i FROM generate_series(0, 399) AS i")
     writer = PgRandomWriter(pipeline, "t", seed=3, key_space=800)
     pipeline.arm("after_sink_commit", after=1)
-    with writing(writer):  # type: ignore[arg-type]
+    with writing(writer):
         with pytest.raises((JobFailed, InjectedFault), match="injected fault at after_sink_commit"):
             pipeline.run()
         restarted = pipeline.run()
@@ -197,3 +200,111 @@ def test_postgres_to_kafka_is_exact_across_a_crash_after_the_kafka_commit(
     assert {_identity(r, key): r for r in _normalize(list(state.values()), schema)} == source
     assert_log_exact(pipeline, "t", schema, [m for m in log if m["op"] is not None])
     assert writer.statements > 20 and _assert_key_update_headers(log) > 0
+
+
+# --- Postgres -> Kafka under DDL -------------------------------------------------------------------
+
+PG_DDL_STEPS = [  # (DDL, the ddl text published for it, writes after it)
+    ("ALTER TABLE t ADD COLUMN note varchar(20)", "added column note character varying(20)",
+     ["INSERT INTO t (id, v, n, note) VALUES (100, 'a', 1, 'added')", "UPDATE t SET note = 'n-' || id WHERE id < 10"]),
+    ("ALTER TABLE t ALTER COLUMN n TYPE bigint", "changed column n integer to bigint",
+     ["INSERT INTO t (id, v, n, note) VALUES (101, 'b', 5000000000, 'wide')",
+      "UPDATE t SET n = n + 4000000000 WHERE id < 5"]),
+    ("ALTER TABLE t DROP COLUMN v", "dropped column v",
+     ["INSERT INTO t (id, n, note) VALUES (102, 2, 'dropped')", "UPDATE t SET n = n + 1 WHERE id < 5",
+      "DELETE FROM t WHERE id = 7"]),
+]
+_CONNECT = {pa.int32(): "int32", pa.int64(): "int64", pa.string(): "string"}
+
+
+def _reference(p: PgPipeline, schema: TableSchema) -> dict[tuple[int, int, str], dict[str, Any]]:
+    """Every change of t since the pipeline started, from the reference slot, decoded with the
+    job's schema history (read, never written): by (commit LSN, LSN, op), its ``after`` image
+    and the sink schema's columns and Connect types in force at it."""
+    assert p.started_at is not None
+    d = pg_dialect(p.box, p.database, slot_name=p.reference_slot, tables=[f"{p.schema}\\..*"])
+    d.use_schema_history(_ReadOnlyHistory(p.state_dir), {schema.table_id: schema})
+    with contextlib.closing(d.connect()) as conn:
+        end = d.current_offset(conn)
+    out: dict[tuple[int, int, str], dict[str, Any]] = {}
+    with d.log_reader(0, [schema]) as reader:
+        for batch in reader.change_rows(p.started_at, end):
+            tagged = tagged_schema(batch.rows)
+            assert tagged is not None
+            fields = {f.name: _CONNECT[f.type] for f in tagged[0].arrow_schema()}
+            for r in batch.rows.to_pylist():
+                key = (r["source"]["commit_lsn"], r["source"]["lsn"], r["op"])
+                assert key not in out, f"two changes at {key}"
+                out[key] = {"after": r["after"], "fields": fields, "version": tagged[1]}
+    return out
+
+
+@pytest.mark.slow  # five runs of the job
+def test_postgres_ddl_reaches_kafka_once_with_each_changes_schema_across_a_crash(
+        pipeline: PgPipeline, kafka_broker: KafkaSandbox) -> None:
+    """ADD COLUMN, ALTER TYPE int to bigint and DROP COLUMN, with writes after each and a run of
+    the job after each; the run of the widening dies after Kafka committed its batch, and the
+    restart replays it without writing. Then each message's Connect schema is the sink schema in
+    force at its change, each DDL is in the schema change topic once (a description: PostgreSQL
+    logs no DDL text; its ``source`` the first change under it), each change once."""
+    p = pipeline
+    prefix = f"pgddl{p.database}"
+    bootstrap = kafka_broker.bootstrap_servers
+    p.sinks = [kafka_sink(p, bootstrap, prefix)]  # type: ignore[arg-type]
+    with contextlib.closing(p.admin()) as admin:
+        admin.execute("CREATE TABLE t (id int PRIMARY KEY, v text, n int)")
+        admin.execute("INSERT INTO t SELECT i, 'v' || i, i FROM generate_series(0, 19) AS i")
+    p.run()  # the snapshot
+    replayed = None
+    for i, (statement, _, writes) in enumerate(PG_DDL_STEPS):
+        with contextlib.closing(p.admin()) as admin:
+            for s in (statement, *writes):
+                admin.execute(s)
+        if i == 1:
+            p.arm("after_sink_commit")
+            with pytest.raises((JobFailed, InjectedFault), match="injected fault at after_sink_commit"):
+                p.run()
+            replayed = p.run()[0]  # Spark replays the batch whose commit log it never wrote
+        else:
+            p.run()
+    assert replayed is not None and replayed.change_rows > 0 and not replayed.wrote, replayed
+
+    table = TableId(p.schema, "t")
+    versions = SchemaHistory(StateStore(str(p.state_dir))).versions(table)
+    assert [v.ddl for v in versions] == [None, *(f"relation message (PostgreSQL logs no DDL text): {d}"
+                                                 for _, d, _ in PG_DDL_STEPS)]
+    messages = [orjson.loads(r.value) for r in read_topic(bootstrap, f"{prefix}.{p.schema}.t") if r.value]
+    by_change: dict[tuple[int, int, str], dict[str, Any]] = {}
+    for m in messages:
+        payload = m["payload"]
+        after_schema = next(f for f in m["schema"]["fields"] if f["field"] == "after")
+        fields = {f["field"]: f["type"] for f in after_schema["fields"]}
+        if payload["op"] == "r":
+            assert fields == {"id": "int32", "v": "string", "n": "int32"}, "the snapshot's: version 0"
+            continue
+        source = payload["source"]
+        key = (int(json.loads(source["sequence"])[0]), source["lsn"], payload["op"])
+        assert key not in by_change, f"{key} twice in the topic"
+        by_change[key] = {"after": payload["after"], "fields": fields, "source": source}
+
+    schema = p.schemas()[table]
+    reference = _reference(p, schema)
+    assert sorted(by_change) == sorted(reference), "each change once"
+    for key, want in reference.items():
+        got = by_change[key]
+        assert got["fields"] == want["fields"], (key, want["version"], got["fields"])
+        assert got["after"] == want["after"], key
+    assert {want["version"] for want in reference.values()} == {1, 2, 3}
+    assert by_change[next(k for k, w in reference.items() if w["after"] and w["after"]["id"] == 101)]["fields"] == {
+        "id": "int32", "v": "string", "n": "int64", "note": "string"}
+
+    events = [orjson.loads(r.value)["payload"] for r in read_topic(bootstrap, prefix) if r.value]
+    assert [e["ddl"] for e in events] == [v.ddl for v in versions[1:]], "each version once"
+    for event, version in zip(events, versions[1:], strict=True):
+        commit, lsn = version.key
+        first = by_change[next(k for k in sorted(reference) if k[:2] == (commit, lsn))]
+        source = event["source"]
+        assert (source["lsn"], source["sequence"], source["txId"]) == (
+            lsn, f'["{commit}","{lsn}"]', first["source"]["txId"]), "the first change under it"
+        assert (event["databaseName"], event["schemaName"]) == (p.database, p.schema)
+        assert [c["name"] for c in event["tableChanges"][0]["table"]["columns"]] == version.schema.column_names

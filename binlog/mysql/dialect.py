@@ -41,7 +41,7 @@ from binlog.mysql.positions import (
     byte_cuts,
     capped_end,
 )
-from binlog.mysql.reader import BinlogReaderOptions, MySqlBinlogReader
+from binlog.mysql.reader import BinlogReaderOptions, DdlVersion, MySqlBinlogReader
 from binlog.mysql.server import (
     ServerIdRange,
     binary_log_sizes,
@@ -57,7 +57,7 @@ from binlog.mysql.stream import locate_gtid
 from binlog.mysql.timestamps import offset_at
 from binlog.mysql.types import CONNECTOR, load_table_schema
 from cdc.model.config import SourceConfig
-from cdc.model.envelope import source_block
+from cdc.model.envelope import envelope_schema, source_block
 from cdc.model.errors import ConfigError, InvalidBinlogPosition, SchemaChanged
 from cdc.model.events import ChangeEvent
 from cdc.model.history import (
@@ -449,12 +449,27 @@ class MySqlLogReader:
     def change_rows(self, start: BinlogOffset, end: BinlogOffset,
                     decode_from: BinlogOffset | None = None) -> Iterator[ChangeRows]:
         """Change rows per table, built column-wise from the rows events of up to
-        :data:`STREAM_ROWS` changes at a time."""
+        :data:`STREAM_ROWS` changes at a time.
+
+        A DDL of a table read here that makes a schema version is handed over where it lies, as
+        change rows without a row (:meth:`_ddl_rows`), so the sinks follow it at once rather than
+        with the table's next change. Of the readers of a cut slice, the one whose piece holds the
+        statement hands it over (the rule rows events follow)."""
         pending: list[EventRows] = []
         rows = 0
+        ddl: list[DdlVersion] = []  # passed by the walk, not handed over yet
+        handed: set[tuple[TableId, int]] = set()
         walk_from = self.dialect.walk_hint(start) if start.cut else None
         for event in self.reader.read_event_rows(start, end, self.rows_of, decode_from=decode_from,
                                                  walk_from=walk_from):
+            ddl += self.reader.take_ddl()  # every DDL before this event is known by now
+            at = ChangePosition(event.file, event.pos, event.first_row).sort_key()
+            if ddl and ddl[0].position.sort_key() < at:  # the rows before the DDL go first
+                before = [d for d in ddl if d.position.sort_key() < at]
+                ddl = ddl[len(before):]
+                yield from self._rows(pending)
+                yield from self._ddl_rows(before, handed)
+                pending, rows = [], 0
             pending.append(event)
             rows += event.num_rows
             if rows >= STREAM_ROWS:
@@ -462,6 +477,7 @@ class MySqlLogReader:
                 pending, rows = [], 0
         if pending:
             yield from self._rows(pending)
+        yield from self._ddl_rows(ddl + self.reader.take_ddl(), handed)
         if end.cut:
             self.dialect.save_walk_hint(end, self.reader.next_transaction(end))
 
@@ -489,6 +505,21 @@ class MySqlLogReader:
                 yield ChangeRows(table, with_schema(rows, sink, version, change),
                                  ChangePosition(first.file, first.pos, first.first_row).sort_key())
 
+    def _ddl_rows(self, made: list[DdlVersion], handed: set[tuple[TableId, int]]) -> Iterator[ChangeRows]:
+        """For each version a DDL of a table read here made: change rows without a row, in the new
+        sink schema, tagged with the version and its DDL (:func:`cdc.model.history.with_schema`),
+        at the statement's position. Once per version and read (a resumed connection passes a
+        statement again)."""
+        history = self.reader.history
+        for ddl in made:
+            table, version = ddl.table, ddl.version
+            if table not in self.schemas or (table, version.version) in handed:
+                continue
+            handed.add((table, version.version))
+            sink = history.sink_schema(table, version.version)
+            change = self._schema_change(table, version, ddl.ts_ms, ddl.server_id)
+            yield ChangeRows(table, with_schema(envelope_schema(sink).empty_table(), sink, version.version, change),
+                             ddl.position.sort_key())
 
     def _schema_change(self, table: TableId, version: SchemaVersion, ts_ms: int,
                        server_id: int) -> SchemaChange | None:

@@ -72,7 +72,7 @@ from binlog.mysql.server import (
     require_gtids,
     server_identity,
 )
-from binlog.mysql.stream import BinlogStream, StreamLost, locate_gtid, open_library_stream
+from binlog.mysql.stream import BinlogStream, QueryAt, StreamLost, locate_gtid, open_library_stream
 from binlog.mysql.types import load_table_schema
 from cdc.model.errors import (
     BinlogNotConfigured,
@@ -107,6 +107,25 @@ _SKIP_AHEAD_BYTES = 4 << 20  # read forward up to this far instead of reopening 
 T = TypeVar("T")
 # how one stream's events become what a read yields: ChangeEvents or ChangeBlocks
 Walk = Callable[[BinlogStream, BinlogOffset, frozenset[TableId]], Iterator[T]]
+
+
+@dataclass(frozen=True)
+class DdlVersion:
+    """A schema version made by a DDL that a read handed out (see :meth:`MySqlBinlogReader.take_ddl`).
+
+    Attributes:
+        table: the table it changed.
+        version: the version it made (recorded then, or found recorded: a replay).
+        position: where the statement's event starts (row 0), among the read's changes.
+        ts_ms: when the server wrote the statement.
+        server_id: the server id that wrote it.
+    """
+
+    table: TableId
+    version: SchemaVersion
+    position: ChangePosition
+    ts_ms: int
+    server_id: int
 
 
 @dataclass(frozen=True)
@@ -166,6 +185,7 @@ class MySqlBinlogReader:
         self._after_cut: dict[tuple[str | None, str, int], BinlogOffset] = {}  # next_transaction
         self._stream: BinlogStream | None = None
         self._converters: dict[tuple[TableId, int], RowConverter] = {}  # by schema version
+        self._ddl: list[DdlVersion] = []  # versions made by DDL the current read handed out
         self.history = SchemaHistory(config.history, config.behavior)
 
     def __enter__(self) -> MySqlBinlogReader:
@@ -240,6 +260,15 @@ class MySqlBinlogReader:
             raise ValueError(f"walk_from {walk_from} is not the transaction after the cut {start}")
         return self._slice(start, end, tables, stream_event_rows, decode_from, walk_from)
 
+    def take_ddl(self) -> list[DdlVersion]:
+        """The versions made by the DDL statements that the current read handed out since the
+        last call, in binlog order (and forgets them). A statement is handed out by the rule rows
+        events follow (``decode_from``, cuts by transaction), so of the readers of a cut slice
+        exactly one hands out each; the part walked over before ``decode_from`` hands out none.
+        A resumed connection may pass a statement twice: the caller keeps the first."""
+        taken, self._ddl = self._ddl, []
+        return taken
+
     def next_transaction(self, cut: BinlogOffset) -> BinlogOffset | None:
         """Where the first transaction that begins at or after ``cut`` begins, when a slice this
         reader read ended at ``cut`` and its walk stopped there (None: not known)."""
@@ -272,6 +301,7 @@ class MySqlBinlogReader:
             first = start if decode_from is None else decode_from
             cut_end = end
             stream = self._stream_at(walk_from if walk_from is not None and start.cut else walk_start(start))
+            self._ddl = []  # from here on: this read's (not the walk that moved the stream here)
             deadline = time.monotonic() + self.config.end_wait_timeout
             while True:
                 stream.decode_from(first)
@@ -465,20 +495,26 @@ class MySqlBinlogReader:
             self._converters[table_id, version.version] = converter
         return converter
 
-    def _on_query(self, db: str, sql: str, file: str, start: int, end: int) -> None:
-        """Follow a DDL statement of the walk: record the versions it makes (stream thread)."""
-        if not is_ddl(sql) or not may_name(sql, self._table_names):
+    def _on_query(self, q: QueryAt) -> None:
+        """Follow a DDL statement of the walk: record the versions it makes, and keep those of a
+        statement the read hands out for :meth:`take_ddl` (stream thread)."""
+        if not is_ddl(q.sql) or not may_name(q.sql, self._table_names):
             return
-        index = int(file.rsplit(".", 1)[1])
+        index = int(q.file.rsplit(".", 1)[1])
 
         def before(table: TableId) -> TableSchema | None:
-            version = self.history.at(table, (index, start))
+            version = self.history.at(table, (index, q.start))
             return version.schema if version is not None else None
 
-        for change in parse_ddl(db, sql, lambda t: t in self._tables, before):
-            self._follow(change, before(change.table), (index, end), f"{file}:{start}")
+        for change in parse_ddl(q.db, q.sql, lambda t: t in self._tables, before):
+            made = self._follow(change, before(change.table), (index, q.end), f"{q.file}:{q.start}")
+            if made is not None and q.handed_out:
+                self._ddl.append(DdlVersion(change.table, made, ChangePosition(q.file, q.start, 0), q.ts_ms,
+                                            q.server_id))
 
-    def _follow(self, change: TableDdl, base: TableSchema | None, key: tuple[int, int], position: str) -> None:
+    def _follow(self, change: TableDdl, base: TableSchema | None, key: tuple[int, int],
+                position: str) -> SchemaVersion | None:
+        """Record the version ``change`` makes; it (or the one a replay finds there), else None."""
         if change.kind == "create" and change.schema is None:  # a CREATE TABLE sqlglot cannot read
             # With one version only, that version is the server's definition of this table, read
             # after this CREATE (the rows' column names still check it); after later versions the
@@ -488,7 +524,7 @@ class MySqlBinlogReader:
                     f"{change.table} was created again at {position} with a definition spark-cdc cannot "
                     f"read: {change.statement.strip()!r}. Take a new snapshot from after it (new "
                     "checkpoint)", table=str(change.table), statement=change.statement)
-            return
+            return None
         changes_columns = change.schema is None or base is None or change.schema != base
         if self.config.behavior == "exception" and changes_columns:
             raise SchemaChanged(
@@ -502,16 +538,17 @@ class MySqlBinlogReader:
                         "its rows before stay in the sinks; TRUNCATE deletes no rows there" if
                         change.kind == "truncate" else f"{change.table} stops being captured under this "
                         "name; its sink tables stay")
-            return
+            return None
         if base is None:
             if change.kind == "create":  # a table this reader first meets by its CREATE: version 0
                 self.history.start(change.schema)
-            return
+            return None
         if change.schema == base:
-            return  # indexes, options, defaults: the columns and key stay
+            return None  # indexes, options, defaults: the columns and key stay
         version = self.history.record(change.table, key, position, change.statement, change.schema)
         log.info("%s: schema version %d from %s (%s)", change.table, version.version, position,
                  change.statement.strip())
+        return version
 
     def _translate(self, exc: pymysql.err.MySQLError, start: BinlogOffset) -> Exception:
         code = exc.args[0] if exc.args else None

@@ -61,9 +61,37 @@ _OPS: dict[type, EventOp] = {WriteRowsEvent: "c", UpdateRowsEvent: "u", DeleteRo
 
 # (table, binlog table id, binlog column names, where) -> the converter for that table's rows
 ConverterLookup = Callable[[TableId, int, tuple["str | None", ...], ChangePosition], RowConverter]
-# (default database, statement, binlog file, event start, event end): a query event other than
-# BEGIN/COMMIT (DDL, among others), in binlog order
-QueryHook = Callable[[str, str, str, int, int], None]
+
+
+@dataclass(frozen=True)
+class QueryAt:
+    """A query event other than BEGIN/COMMIT (DDL, among others) that the walk passes.
+
+    Attributes:
+        db: the statement's default database.
+        sql: the statement.
+        file: the binlog file.
+        start: where the event starts.
+        end: where the next event starts.
+        ts_ms: when the server wrote it (epoch milliseconds).
+        server_id: the server id that wrote it.
+        handed_out: the event lies in the piece the read hands out (:meth:`BinlogStream.decode_from`,
+            the rule rows events follow), not in the part walked over before it: of the readers of
+            a cut slice, exactly one sees it handed out.
+    """
+
+    db: str
+    sql: str
+    file: str
+    start: int
+    end: int
+    ts_ms: int
+    server_id: int
+    handed_out: bool
+
+
+# a query event, in binlog order, before the events after it
+QueryHook = Callable[[QueryAt], None]
 # (file index, rows event start, row index): where a change sits, comparable
 ChangeKey = tuple[int, int, int]
 
@@ -377,7 +405,10 @@ class BinlogStream:
                 self._gtid, self._thread, self._query = None, None, None
             elif self._on_query is not None:
                 db = ev.schema.decode("utf-8", "replace") if isinstance(ev.schema, bytes) else str(ev.schema)
-                self._on_query(db, ev.query, self.file, start, ev.packet.log_pos)
+                header = ev.packet
+                owner = self._txn if self._by_txn else (self._index, start)
+                self._on_query(QueryAt(db, ev.query, self.file, start, header.log_pos, header.timestamp * 1000,
+                                       header.server_id, owner >= self._first))
         elif isinstance(ev, RowsQueryLogEvent):
             self._query = ev.query
         elif isinstance(ev, MariadbAnnotateRowsEvent):

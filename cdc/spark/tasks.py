@@ -15,7 +15,9 @@ use. Three kinds of work (docs/architecture.md, "Why stage, then emit"):
 * :class:`StreamSlice`: the log slice (start, end] of the batch (Flink CDC's ``StreamSplit``),
   keeping the changes whose key lies in a chunk emitted before this batch (``shouldEmit``), and
   following the DDL of every other captured table (``follow``), so that each batch leaves the
-  schema history complete up to its end.
+  schema history complete up to its end. A DDL of a table it streams reaches the sinks where it
+  lies, as a staged set without rows (the reader of the piece that holds it hands it over), not
+  only with the table's next change.
 
 With sinks (the job's case) the task hands its rows to every sink's writer, which stages them,
 and yields one manifest row per staged set instead of the rows (:class:`~sinks.base.Staged`).
@@ -43,7 +45,7 @@ from binlog.dialect import ChunkVersion, Dialect, LogReader
 from cdc.model.envelope import snapshot_envelope
 from cdc.model.errors import CdcError, SchemaChanged
 from cdc.model.events import ChangeEvent
-from cdc.model.history import SchemaVersion, tagged_schema
+from cdc.model.history import SchemaVersion, tagged_change, tagged_schema
 from cdc.model.hooks import NO_HOOKS, Hooks
 from cdc.model.positions import Offset, min_offset
 from cdc.model.schema import TableId, TableSchema
@@ -423,11 +425,18 @@ def stage_rows(ctx: TaskContext, schema: TableSchema, rows: pa.Table, stream: St
                first: tuple[int, ...]) -> Iterator[pa.RecordBatch]:
     """Hand one table's rows to every sink's writer; yield the manifest row of what they staged.
     Rows a dialect tagged with a sink schema (:func:`cdc.model.history.with_schema`) are staged
-    with it; ``schema`` is the table's otherwise."""
-    staged = [Staged(i, str(schema.table_id), stream, first, rows.num_rows, writer.write(schema, rows, stream))
+    with it; ``schema`` is the table's otherwise. A set without a row is a DDL handed over
+    where it lies (:meth:`sinks.base.SinkWriter.stage`); its manifest row has a null op, source
+    and ts_ms (no change)."""
+    staged = [Staged(i, str(schema.table_id), stream, first, rows.num_rows, writer.stage(schema, rows, stream))
               for i, writer in enumerate(ctx.writers)]
-    log.info("staged %d %s rows of %s in %d sink(s)", rows.num_rows, stream, schema.table_id, len(staged))
-    yield from ctx.layout.manifest(rows, [s.to_dict() for s in staged]).to_batches()
+    if rows.num_rows:
+        log.info("staged %d %s rows of %s in %d sink(s)", rows.num_rows, stream, schema.table_id, len(staged))
+    else:
+        log.info("staged a schema change of %s (no row) in %d sink(s)", schema.table_id, len(staged))
+    last = rows if rows.num_rows else pa.Table.from_arrays([pa.nulls(1, f.type) for f in rows.schema],
+                                                          schema=rows.schema)
+    yield from ctx.layout.manifest(last, [s.to_dict() for s in staged]).to_batches()
 
 
 def _stream(item: StreamSlice, part: CdcPartition, ctx: TaskContext, orders: _KeyOrders,
@@ -451,6 +460,10 @@ def _stream(item: StreamSlice, part: CdcPartition, ctx: TaskContext, orders: _Ke
     for batch in reader.change_rows(item.start, item.end, item.decode_from):
         ctx.hooks.reached("stream")
         total += batch.rows.num_rows
+        if not batch.rows.num_rows:  # a DDL, handed to the sinks where it lies (not with a later change)
+            if ctx.writers and tagged_change(batch.rows) is not None:
+                yield from stage_rows(ctx, ctx.schemas[batch.table_id], batch.rows, "changes", batch.first)
+            continue
         rows = filters[batch.table_id].keep(batch.rows)
         if not rows.num_rows:
             continue

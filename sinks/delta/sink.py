@@ -19,10 +19,12 @@ orphans that no Delta version references (VACUUM removes them). After a crash th
 catches up from the changelog (:meth:`DeltaSink.open`).
 
 Schema changes: change files written after a DDL carry the table's new sink schema
-(:class:`~sinks.delta.files.StagedFile`). Before committing them the sink waits for the mirror
-follower, then evolves the changelog and the mirror to it (:mod:`sinks.delta.evolve`: added
-columns, widened types) and keeps it as the table's current schema, which the tables also record
-for a restart.
+(:class:`~sinks.delta.files.StagedFile`), and so does a DDL handed over without rows
+(:class:`~sinks.base.SchemaStep`: the batch's log slice holds the DDL, maybe no change after it).
+Before committing the batch the sink waits for the mirror follower, then evolves the changelog and
+the mirror to the newest (:mod:`sinks.delta.evolve`: added columns, widened types) and keeps it as
+the table's current schema, which the tables also record for a restart. A DDL writes no
+changelog row.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from cdc.model.config import SinkConfig
 from cdc.model.errors import ConfigError
 from cdc.model.hooks import NO_HOOKS, Hooks
 from cdc.model.schema import TableId, TableSchema
-from sinks.base import Committed, Sink, SinkWriter, TableBatch
+from sinks.base import Committed, SchemaStep, Sink, SinkWriter, TableBatch, staged_files
 from sinks.changes import changelog_schema, mirror_schema
 from sinks.delta.catalog import check_names, register_tables
 from sinks.delta.config import DeltaSinkConfig
@@ -110,7 +112,7 @@ class DeltaSink(Sink):
         """
         table_id = batch.schema.table_id
         current = self.current.setdefault(table_id, batch.schema)
-        files = [StagedFile.from_dict(d) for d in (*batch.snapshot, *batch.changes)]
+        files = [_tagged(d) for d in (*batch.snapshot, *batch.changes)]
         tagged = max((f for f in files if f.schema is not None), key=lambda f: f.version, default=None)
         wanted = tagged.table_schema() if tagged is not None else None
         if wanted is None or wanted == current or not set(current.column_names) <= set(wanted.column_names):
@@ -133,7 +135,7 @@ class DeltaSink(Sink):
             snapshot = self._commit_snapshot(batch, batch_id)
             if snapshot:
                 self.hooks.reached("sink_commit")  # crash tests: snapshot committed, changes not yet
-            changes = [StagedFile.from_dict(d) for d in batch.changes]
+            changes = [StagedFile.from_dict(d) for d in staged_files(batch.changes)]
             written = bool(changes) and commit_change_files(self.delta, batch.schema, changes, self.job_id, batch_id)
             if written:
                 self.hooks.reached("sink_commit")  # crash tests: changelog committed, mirror not yet
@@ -168,3 +170,8 @@ class DeltaSink(Sink):
 
         return {str(t): {"mirror rows": count(self.delta.uri(t, "mirror")),
                          "changelog rows": count(self.delta.uri(t, "changelog"))} for t in sorted(schemas)}
+
+
+def _tagged(item: dict[str, Any]) -> StagedFile | SchemaStep:
+    """A staged item with the sink schema and version it carries: a file, or a DDL without rows."""
+    return SchemaStep.from_dict(item) if SchemaStep.is_step(item) else StagedFile.from_dict(item)

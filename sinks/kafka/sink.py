@@ -39,7 +39,7 @@ from cdc.model.errors import ConfigError
 from cdc.model.history import SchemaChange
 from cdc.model.hooks import NO_HOOKS, Hooks
 from cdc.model.schema import TableId, TableSchema
-from sinks.base import Committed, Sink, SinkError, SinkWriter, TableBatch
+from sinks.base import Committed, Sink, SinkError, SinkWriter, TableBatch, staged_files
 from sinks.kafka.config import KafkaSinkConfig
 from sinks.kafka.control import (
     KafkaUnreachable,
@@ -200,17 +200,20 @@ class KafkaSink(Sink):
             f"lands exactly once", batch=batch_id)
 
     def _new_schema_changes(self, tables: list[TableBatch]) -> list[SchemaChange]:
-        """The DDLs this batch's rows were the first to be written under, in version order per
-        table (none when ``include_schema_changes`` is off)."""
+        """The DDLs this batch is the first to carry (a DDL handed over where it lies, or rows
+        written under it), in version order per table (none when ``include_schema_changes`` is
+        off). Each is published as the batch's first set that carries it says: the DDL's own
+        (:class:`~sinks.base.SchemaStep`, the statement's time and server), else the earliest
+        change set's, else a snapshot set's; the same on a replay."""
         if not self.kafka.include_schema_changes:
             return []
         out: dict[tuple[str, int], SchemaChange] = {}
         for b in tables:
-            for staged in chain(b.snapshot, b.changes):
+            for staged in chain(b.changes, b.snapshot):  # changes in log order: a DDL before its rows
                 if "schema_change" in staged:
                     change = SchemaChange.from_dict(staged["schema_change"])
                     if change.version > self.schema_versions.get(str(b.schema.table_id), 0):
-                        out[str(b.schema.table_id), change.version] = change
+                        out.setdefault((str(b.schema.table_id), change.version), change)
         return [out[k] for k in sorted(out)]
 
     def _ensure_schema_changes_topic(self) -> None:
@@ -266,8 +269,8 @@ class KafkaSink(Sink):
         return counts
 
     def _messages(self, batch: TableBatch) -> Iterator[Message]:
-        snapshot = read_staged(self.staging, batch.snapshot)
-        changes = with_headers(read_staged(self.staging, batch.changes), self.kafka.schemas_enable)
+        snapshot = read_staged(self.staging, staged_files(batch.snapshot))
+        changes = with_headers(read_staged(self.staging, staged_files(batch.changes)), self.kafka.schemas_enable)
         return chain(snapshot, changes)
 
     @staticmethod
@@ -296,7 +299,7 @@ class KafkaSink(Sink):
 
     def _remove_staged(self, tables: list[TableBatch]) -> None:
         fs, root = staging_fs(self.staging)
-        for f in chain.from_iterable(chain(b.snapshot, b.changes) for b in tables):
+        for f in staged_files([*chain.from_iterable(chain(b.snapshot, b.changes) for b in tables)]):
             with contextlib.suppress(FileNotFoundError):
                 fs.delete_file(f"{root}/{f['file']}")
 
