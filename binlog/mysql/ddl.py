@@ -57,12 +57,15 @@ class TableDdl:
         schema: its columns after the statement (``alter``, ``create``, and a rename into a
             captured name), else None (also for a ``create`` that sqlglot cannot read).
         statement: the SQL text, as logged.
+        renames: the columns an ``alter`` renamed (``RENAME COLUMN``, ``CHANGE old new``), as
+            ``(old, new)`` in statement order (``schema_change.behavior: evolve`` moves their data).
     """
 
     table: TableId
     kind: DdlKind
     schema: TableSchema | None
     statement: str
+    renames: tuple[tuple[str, str], ...] = ()
 
 
 def is_ddl(sql: str) -> bool:
@@ -164,16 +167,28 @@ def _alter(db: str, sql: str, tree: exp.Alter, captured: Callable[[TableId], boo
     if schema is None:
         return []  # no version to change yet: the reader types the next rows from the catalog
     renamed_to: TableId | None = None
+    renames: list[tuple[str, str]] = []
     for action in tree.args.get("actions") or []:
         if isinstance(action, exp.AlterRename):
             renamed_to = _table_id(db, action.this)
             continue
         schema = _apply(schema, action, sql)
+        renames += _column_renames(action)
     if renamed_to is not None:
         out = [TableDdl(table, "rename", None, sql)]
         return out + ([TableDdl(renamed_to, "create", replace(schema, table_id=renamed_to), sql)]
                       if captured(renamed_to) else [])
-    return [TableDdl(table, "alter", schema, sql)]
+    return [TableDdl(table, "alter", schema, sql, tuple(renames))]
+
+
+def _column_renames(action: exp.Expression) -> list[tuple[str, str]]:
+    """``[(old, new)]`` when ``action`` renames a column (``RENAME COLUMN``, ``CHANGE old new``)."""
+    if isinstance(action, exp.RenameColumn):
+        return [(action.this.name, action.args["to"].name)]
+    if isinstance(action, exp.ModifyColumn) and action.args.get("rename_from") is not None:
+        old, new = action.args["rename_from"].name, action.this.name
+        return [(old, new)] if old.lower() != new.lower() else []
+    return []
 
 
 def _apply(schema: TableSchema, action: exp.Expression, sql: str) -> TableSchema:

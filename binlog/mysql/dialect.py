@@ -584,9 +584,9 @@ class MySqlSplitQueries:
 
 def behavior(configured: str) -> Behavior:
     """The reader's behaviour for ``source.schema_change.behavior`` (validated by the config)."""
-    if configured not in ("lenient", "ignore", "exception"):
-        raise ConfigError(f"source.schema_change.behavior: {configured!r} is not implemented yet; use "
-                          "'lenient', 'ignore' or 'exception'", key="source.schema_change.behavior")
+    if configured not in ("evolve", "try_evolve", "lenient", "ignore", "exception"):
+        raise ConfigError(f"source.schema_change.behavior: {configured!r} is not one of 'evolve', "
+                          "'try_evolve', 'lenient', 'ignore', 'exception'", key="source.schema_change.behavior")
     return configured  # type: ignore[return-value]
 
 

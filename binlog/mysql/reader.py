@@ -545,7 +545,8 @@ class MySqlBinlogReader:
             return None
         if change.schema == base:
             return None  # indexes, options, defaults: the columns and key stay
-        version = self.history.record(change.table, key, position, change.statement, change.schema)
+        version = self.history.record(change.table, key, position, change.statement, change.schema,
+                                      change.renames)
         log.info("%s: schema version %d from %s (%s)", change.table, version.version, position,
                  change.statement.strip())
         return version

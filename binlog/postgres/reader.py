@@ -37,13 +37,14 @@ from binlog.postgres.config import PostgresSourceConfig
 from binlog.postgres.pgoutput import UNCHANGED, Begin, Commit, Relation, RowChange, Truncate
 from binlog.postgres.pgoutput_columnar import MessageBlock, Scan, scan
 from binlog.postgres.positions import ChangeLsn, LsnOffset, format_lsn
-from binlog.postgres.relations import RelationVersions, describe
+from binlog.postgres.relations import RelationVersions, describe, infer_renames
 from binlog.postgres.server import check_start, close_quietly, with_slot
 from binlog.postgres.types import CONNECTOR, quote_ident, sql_table, to_arrow_rows
 from cdc.model.envelope import envelope_schema, row_type, source_block, source_type
 from cdc.model.errors import SchemaChanged
 from cdc.model.events import ChangeEvent
 from cdc.model.history import (
+    EVOLVING,
     Behavior,
     HistoryStore,
     SchemaHistory,
@@ -116,7 +117,7 @@ class PostgresLogReader:
         self.tables = {**(follow or {}), **schemas}  # decoded: rows of ``schemas``, versions of all
         self.decoder = os.environ.get(DECODER_ENV, "columnar")
         self._conn: Any = None
-        behavior = cast(Behavior, config.schema_change.behavior)  # evolve/try_evolve: refused by the config
+        behavior = cast(Behavior, config.schema_change.behavior)
         self.versions = RelationVersions(SchemaHistory(history, behavior), self.connection, config.name)
         self._columns_now: dict[TableId, set[str]] = {}
 
@@ -203,7 +204,8 @@ class PostgresLogReader:
         if schema is None:
             raise SchemaChanged(f"a staged snapshot chunk of {table} does not say which definition it was read "
                                 "under (staged by an older version); take a new snapshot", table=str(table))
-        ddl = describe(base.schema, schema) + " (seen in the catalog by a snapshot chunk's read; no change " \
+        renames = infer_renames(base.schema, schema) if self.versions.behavior in EVOLVING else ()
+        ddl = describe(base.schema, schema, renames) + " (seen in the catalog by a snapshot chunk's read; no change " \
             "of the table was written under it yet)"
         where = format_lsn(high.lsn)
         if self.versions.behavior == "exception":
@@ -212,7 +214,7 @@ class PostgresLogReader:
                 f"before {where}; {ddl}. source.schema_change.behavior is 'exception', so the job stops "
                 "here; set it to 'lenient' to follow the change, or take a new snapshot from after it (new "
                 "checkpoint)", table=str(table), position=where, ddl=ddl)
-        version = self.versions.history.record(table, (high.lsn, 0), where, ddl, schema)
+        version = self.versions.history.record(table, (high.lsn, 0), where, ddl, schema, renames)
         if not same_columns(version.schema, read):
             raise SchemaChanged(
                 f"{table}: snapshot chunks emitted at {where} were read under two definitions "

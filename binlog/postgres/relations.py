@@ -21,9 +21,15 @@ record is of one relation under one definition, so the key still separates versi
 ``format_type`` text, e.g. ``character varying(10)`` to ``(20)``, ``integer`` to ``bigint``,
 ``numeric(10,2)`` to ``(12,2)``). Not: nullability and defaults (not in the message), enum labels
 (the type, not the table, changes), key flags (they follow the replica identity; the primary key
-is kept while its columns exist). The message cannot tell a rename from a drop and an add: a
+is kept while its columns exist). The message names columns, it does not identify them: a
 ``RENAME COLUMN`` is a drop of the old name and an add of the new one, which under ``lenient``
 gives what a rename gives (the new column added, the old one kept and null from then on).
+
+**Renames under ``evolve``** are inferred from the column order (:func:`infer_renames`): the
+message lists the columns in ``attnum`` order, and ``ADD COLUMN`` always takes a number above
+every existing one, so a new name that comes before a column of the old definition cannot be an
+added column: it is the renamed column that was in its place. A new name after the last such
+column cannot be told from a drop and an add, and is taken as one (a warning says so).
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from binlog.postgres.positions import format_lsn
 from binlog.postgres.types import CONNECTOR, postgres_column
 from cdc.model.envelope import source_block
 from cdc.model.errors import SchemaChanged
-from cdc.model.history import Behavior, SchemaChange, SchemaHistory, SchemaVersion
+from cdc.model.history import EVOLVING, Behavior, SchemaChange, SchemaHistory, SchemaVersion
 from cdc.model.schema import Column, TableId, TableSchema
 
 log = logging.getLogger(__name__)
@@ -87,16 +93,50 @@ def relation_schema(rel: Relation, types: list[tuple[Any, ...]], base: TableSche
     return base if schema == base else schema
 
 
-def describe(old: TableSchema, new: TableSchema) -> str:
+def infer_renames(old: TableSchema, new: TableSchema) -> tuple[tuple[str, str], ...]:
+    """The columns ``new`` renamed from ``old``, inferred from the column order (see the module
+    docstring): between two columns that kept their names, the old names that left and the new
+    names that came are renames, in order, when there are as many of each."""
+    names = {c.name for c in new.columns}
+    before = {c.name for c in old.columns}
+    kept = [c.name for c in new.columns if c.name in before]
+    if [c.name for c in old.columns if c.name in names] != kept:
+        return ()  # the surviving columns changed order: not a definition the log can produce
+    out: list[tuple[str, str]] = []
+    gone: list[str] = []
+    came: list[str] = []
+    old_iter = iter(old.columns)
+    for name in kept:
+        for c in old_iter:
+            if c.name == name:
+                break
+            gone.append(c.name)
+        came = []
+        # the new names just before ``name`` in new (after the previous kept column)
+        at = [c.name for c in new.columns].index(name)
+        j = at - 1
+        while j >= 0 and new.columns[j].name not in before:
+            came.insert(0, new.columns[j].name)
+            j -= 1
+        if came and len(came) == len(gone):
+            out += list(zip(gone, came, strict=True))
+        gone = []
+    return tuple(out)
+
+
+def describe(old: TableSchema, new: TableSchema, renames: tuple[tuple[str, str], ...] = ()) -> str:
     """The synthesized, labelled ``ddl`` of a version (PostgreSQL logs no DDL text), e.g.
     ``relation message: added column note text; dropped column old; changed column qty integer
     to bigint``."""
     before = {c.name: c for c in old.columns}
     after = {c.name: c for c in new.columns}
-    parts = [f"dropped column {n}" for n in before if n not in after]
+    parts = [f"renamed column {a} to {b}" for a, b in renames]
+    before = {**{n: c for n, c in before.items() if n not in dict(renames)},
+              **{b: before[a] for a, b in renames}}
+    parts += [f"dropped column {n}" for n in before if n not in after]
     parts += [f"added column {n} {c.column_type}" for n, c in after.items() if n not in before]
     parts += [f"changed column {n} {before[n].column_type} to {c.column_type}" for n, c in after.items()
-              if n in before and signature(before[n]) != signature(c)]
+              if n in before and signature(before[n])[1:] != signature(c)[1:]]
     if old.primary_key != new.primary_key:
         parts.append(f"primary key ({', '.join(old.primary_key)}) to ({', '.join(new.primary_key)})")
     return "relation message (PostgreSQL logs no DDL text): " + ("; ".join(parts) or "column order changed")
@@ -142,7 +182,8 @@ class RelationVersions:
             version = base
         else:
             where = _where(first)
-            ddl = describe(base.schema, schema)
+            renames = infer_renames(base.schema, schema) if self.behavior in EVOLVING else ()
+            ddl = describe(base.schema, schema, renames)
             if self.behavior == "exception":
                 raise SchemaChanged(
                     f"captured table {table} changed: its first change under the new definition is at "
@@ -150,7 +191,11 @@ class RelationVersions:
                     "is 'exception', so the job stops here; set it to 'lenient' to follow the change, or "
                     "take a new snapshot from after it (new checkpoint)", table=str(table),
                     position=format_lsn(first[1]), ddl=ddl)
-            version = self.history.record(table, first, format_lsn(first[1]), ddl, schema)
+            version = self.history.record(table, first, format_lsn(first[1]), ddl, schema, renames)
+            if self.behavior in EVOLVING and "dropped column" in ddl and "added column" in ddl:
+                log.warning("%s: %s: under schema_change.behavior %s this is a drop and an add; a column "
+                            "renamed at the end of the table cannot be told from that (the Relation "
+                            "message has names, not column identities)", table, ddl, self.behavior)
             log.info("%s: schema version %d from %s: %s", table, version.version, where, ddl)
         self.check(table, version, last)
         return version

@@ -239,23 +239,16 @@ SchemaChangeBehavior = Literal["evolve", "try_evolve", "lenient", "ignore", "exc
 class SchemaChangeConfig(ConfigModel):
     """What the job does when a captured table's definition changes (DDL), as Flink CDC 3 names it.
 
-    See docs/schema-evolution.md. ``evolve`` and ``try_evolve`` (apply each change exactly, which
-    needs Delta column mapping for drops and renames) are not implemented yet and are refused.
+    See docs/schema-evolution.md.
     """
 
     behavior: SchemaChangeBehavior = Field(
         default="lenient", description="`lenient` (add column: nullable column added; drop: kept, "
-        "null from then on; rename: new column added; widen: widened), `ignore` (the sinks keep the "
-        "first schema; new columns are left out), `exception` (stop at the first DDL on a captured "
-        "table, naming it); `evolve`, `try_evolve`: not implemented yet")
-
-    @field_validator("behavior")
-    @classmethod
-    def _implemented(cls, value: str) -> str:
-        if value in ("evolve", "try_evolve"):
-            raise ValueError(f"{value!r} is not implemented yet (it needs Delta column mapping for drops "
-                             "and renames); use 'lenient' (the default), 'ignore' or 'exception'")
-        return value
+        "null from then on; rename: new column added; widen: widened), `evolve` (each change applied "
+        "exactly: added, dropped, renamed with its data, widened; a change the sinks cannot apply, "
+        "such as a narrowed type, stops the job), `try_evolve` (as `evolve`, but such a change keeps "
+        "the old type, with a warning), `ignore` (the sinks keep the first schema; new columns are "
+        "left out), `exception` (stop at the first DDL on a captured table, naming it)")
 
 
 class SinkConfig(ConfigModel):

@@ -15,7 +15,14 @@ behaviour (``source.schema_change.behavior``, docs/schema-evolution.md), which o
 
 * ``lenient``: the union of every version so far: added and renamed-to columns are appended
   (nullable), dropped and renamed-from columns stay (null from then on), widened types widen;
-* ``ignore``: version 0, always: new columns are left out, dropped ones are null.
+* ``ignore``: version 0, always: new columns are left out, dropped ones are null;
+* ``evolve``: the version's own columns, exactly: dropped columns leave, renamed ones carry their
+  data under the new name. Each column carries its identity across renames
+  (:attr:`cdc.model.schema.Column.origin`, ``<name>@<version that added it>``), from the renames
+  each version records, so a sink can tell a rename from a drop and an add. A type change that is
+  not a widening stops the job (:class:`SchemaChanged`, naming the DDL);
+* ``try_evolve``: as ``evolve``, but such a type change keeps the column's old type, with a
+  warning: narrower values are cast, values that do not cast are null.
 
 :func:`project_rows` turns rows typed by a source version into rows of the sink schema.
 """
@@ -24,6 +31,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
@@ -34,7 +42,8 @@ import pyarrow.compute as pc
 from cdc.model.errors import SchemaChanged
 from cdc.model.schema import Column, TableId, TableSchema, schema_from_dict, schema_to_dict
 
-Behavior = Literal["lenient", "ignore", "exception"]
+Behavior = Literal["evolve", "try_evolve", "lenient", "ignore", "exception"]
+EVOLVING: frozenset[str] = frozenset({"evolve", "try_evolve"})  # sink schemas with column lineage
 SortKey = tuple[int, ...]  # a log position as a comparable tuple (MySQL: file number, byte)
 BEGINNING: SortKey = (-1,)
 
@@ -42,6 +51,8 @@ BEGINNING: SortKey = (-1,)
 SCHEMA_METADATA = b"spark_cdc.schema"
 VERSION_METADATA = b"spark_cdc.schema_version"
 CHANGE_METADATA = b"spark_cdc.schema_change"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -54,6 +65,9 @@ class SchemaVersion:
         position: the same position in the dialect's words (``mysql-bin.000003:1234``).
         ddl: the statement that made it (None for version 0).
         schema: the table's columns and key from then on.
+        renames: the columns the DDL renamed, ``(old name, new name)`` in statement order (MySQL:
+            ``RENAME COLUMN``, ``CHANGE old new``; Postgres: inferred from the column order, see
+            ``binlog/postgres/relations.py``). ``evolve`` moves their data to the new name.
     """
 
     version: int
@@ -61,14 +75,19 @@ class SchemaVersion:
     position: str
     ddl: str | None
     schema: TableSchema
+    renames: tuple[tuple[str, str], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"version": self.version, "key": list(self.key), "position": self.position, "ddl": self.ddl,
-                "schema": schema_to_dict(self.schema)}
+        out = {"version": self.version, "key": list(self.key), "position": self.position, "ddl": self.ddl,
+               "schema": schema_to_dict(self.schema)}
+        if self.renames:
+            out["renames"] = [list(r) for r in self.renames]
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SchemaVersion:
-        return cls(int(d["version"]), tuple(d["key"]), d["position"], d.get("ddl"), schema_from_dict(d["schema"]))
+        return cls(int(d["version"]), tuple(d["key"]), d["position"], d.get("ddl"), schema_from_dict(d["schema"]),
+                   tuple((str(a), str(b)) for a, b in d.get("renames") or ()))
 
 
 class HistoryStore(Protocol):
@@ -121,8 +140,10 @@ class SchemaHistory:
         return versions[0]
 
     def record(self, table: TableId, key: SortKey, position: str, ddl: str,
-               schema: TableSchema) -> SchemaVersion:
+               schema: TableSchema, renames: Iterable[tuple[str, str]] = ()) -> SchemaVersion:
         """Record the schema a DDL at ``key`` made (or return the version already recorded there).
+
+        ``renames`` are the columns the DDL renamed, ``(old, new)`` (see :class:`SchemaVersion`).
 
         Raises:
             ValueError: the table has no version before ``key`` to change.
@@ -135,7 +156,7 @@ class SchemaHistory:
         later = [v for v in self.versions(table) if v.key > key]
         if later:  # a DDL the history skipped: it was made from another run of the log
             self._conflict(table, position, later[0])
-        return self._add(SchemaVersion(base.version + 1, key, position, ddl, schema))
+        return self._add(SchemaVersion(base.version + 1, key, position, ddl, schema, tuple(renames)))
 
     @staticmethod
     def _conflict(table: TableId, position: str, later: SchemaVersion) -> None:
@@ -158,13 +179,17 @@ class SchemaHistory:
         """The schema the sinks see for rows written under ``version`` (see the module docstring).
 
         Raises:
-            SchemaChanged: ``lenient`` cannot widen a column to the new type (e.g. INT -> TEXT).
+            SchemaChanged: ``lenient`` cannot widen a column to the new type (e.g. INT -> TEXT);
+                ``evolve`` cannot apply a type change that is not a widening.
         """
         cached = self._sink.get((table, version))
         if cached is not None:
             return cached
         versions = self.versions(table)
-        if version == 0 or self.behavior != "lenient":
+        if self.behavior in EVOLVING:
+            out = with_lineage(versions[0].schema, 0) if version == 0 else \
+                merge_evolve(self.sink_schema(table, version - 1), versions[version], self.behavior == "try_evolve")
+        elif version == 0 or self.behavior != "lenient":
             out = versions[0].schema
         else:
             out = merge_lenient(self.sink_schema(table, version - 1), versions[version])
@@ -200,6 +225,66 @@ def merge_lenient(sink: TableSchema, change: SchemaVersion) -> TableSchema:
     return TableSchema(sink.table_id, tuple(columns), sink.primary_key, sink.connector, sink.database)
 
 
+def with_lineage(schema: TableSchema, version: int) -> TableSchema:
+    """``schema`` with each column's :attr:`~cdc.model.schema.Column.origin` set to
+    ``<name>@<version>`` where it has none."""
+    return replace(schema, columns=tuple(c if c.origin else replace(c, origin=f"{c.name}@{version}")
+                                         for c in schema.columns))
+
+
+def merge_evolve(sink: TableSchema, change: SchemaVersion, tolerate: bool = False) -> TableSchema:
+    """The sink schema of ``change`` under ``evolve``: its own columns and key, each with its
+    lineage (a renamed column keeps the origin of its old name, a column of an unchanged name
+    keeps its own, any other is new at ``change.version``).
+
+    Args:
+        sink: the sink schema of the version before.
+        change: the new version.
+        tolerate: ``try_evolve``: a type change that is not a widening keeps the old type (a
+            warning names the DDL) instead of stopping the job.
+
+    Raises:
+        SchemaChanged: (``evolve``) a column's new type is not a widening of its old one.
+    """
+    before = {c.name.lower(): c for c in sink.columns}
+    renamed = {new.lower(): old.lower() for old, new in _composed(change.renames)}
+    gone = set(renamed.values()) - set(renamed)  # renamed away: the name no longer means the column
+    columns = []
+    for col in change.schema.columns:
+        name = col.name.lower()
+        old = before.get(renamed[name]) if name in renamed else None if name in gone else before.get(name)
+        if old is None:
+            columns.append(replace(col, origin=f"{col.name}@{change.version}"))
+            continue
+        columns.append(_evolved_column(sink, change, old, replace(col, origin=old.origin), tolerate))
+    return TableSchema(sink.table_id, tuple(columns), change.schema.primary_key, sink.connector, sink.database)
+
+
+def _composed(renames: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Renames of one DDL composed (``a -> b`` then ``b -> c`` is ``a -> c``)."""
+    out: dict[str, str] = {}  # final name -> first name
+    for old, new in renames:
+        out[new] = out.pop(old, old)
+    return [(old, new) for new, old in out.items() if old.lower() != new.lower()]
+
+
+def _evolved_column(sink: TableSchema, change: SchemaVersion, old: Column, new: Column, tolerate: bool) -> Column:
+    """``new`` (of ``change``) following ``old`` (of the sink schema before), type checked."""
+    if old.arrow == new.arrow or wider_type(old.arrow, new.arrow) == new.arrow:
+        return new
+    what = (f"{sink.table_id}: {change.ddl!r} at {change.position} changes column {new.name} from "
+            f"{old.column_type} ({old.arrow}) to {new.column_type} ({new.arrow}), which is not a widening")
+    if not tolerate:
+        raise SchemaChanged(
+            f"{what}: the sinks cannot apply it exactly, and source.schema_change.behavior is 'evolve'. "
+            "Set it to 'try_evolve' to keep the old type (narrower values cast, others null), or take "
+            "a new snapshot into a new sink path", table=str(sink.table_id), position=change.position,
+            ddl=change.ddl or "")
+    log.warning("%s; schema_change.behavior try_evolve keeps its type %s (values cast, null where they "
+                "do not fit)", what, old.arrow)
+    return replace(old, name=new.name, nullable=True)
+
+
 _INTS = [pa.int8(), pa.int16(), pa.int32(), pa.int64()]
 
 
@@ -222,18 +307,22 @@ def wider_type(a: pa.DataType, b: pa.DataType) -> pa.DataType | None:
 
 def project_rows(rows: pa.Table, sink: TableSchema, image_columns: Iterable[str] = ("before", "after")) -> pa.Table:
     """Change rows whose images are typed by a source version, as images of ``sink``: columns the
-    version lacks are null, columns ``sink`` lacks are left out, the others cast (widened)."""
+    version lacks are null, columns ``sink`` lacks are left out, the others cast (widened; under
+    ``try_evolve``, a column whose type the sinks kept: null where a value does not cast)."""
     out = rows
     target = sink.arrow_schema()
+    tolerant = {c.name for c in sink.columns if c.origin}  # evolve's casts only fail under try_evolve
     for name in image_columns:
         i = out.schema.get_field_index(name)
+        if out.schema.field(i).type == pa.struct(list(target)):
+            continue  # already the sink's images (evolve without a kept type)
         column = out.column(i).combine_chunks()
         out = out.set_column(i, pa.field(name, pa.struct(list(target)), nullable=True),
-                             _project_struct(column, target))
+                             _project_struct(column, target, tolerant))
     return out
 
 
-def _project_struct(column: pa.Array, target: pa.Schema) -> pa.Array:
+def _project_struct(column: pa.Array, target: pa.Schema, tolerant: set[str] | frozenset[str] = frozenset()) -> pa.Array:
     have = {f.name: j for j, f in enumerate(column.type)}
     children = []
     for f in target:
@@ -243,13 +332,31 @@ def _project_struct(column: pa.Array, target: pa.Schema) -> pa.Array:
         else:
             child = pc.struct_field(column, [j])
             try:
-                children.append(child if child.type == f.type else pc.cast(child, f.type))
+                children.append(child if child.type == f.type else
+                                try_cast(child, f.type) if f.name in tolerant else pc.cast(child, f.type))
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
                 raise SchemaChanged(
                     f"column {f.name}: a value of type {child.type} does not fit the sinks' type {f.type} "
                     f"({exc}); with schema_change.behavior 'ignore' the sinks keep the first type. Use "
                     "'lenient' (new sink path) to widen it", column=f.name) from None
     return pa.StructArray.from_arrays(children, fields=list(target), mask=column.is_null())
+
+
+def try_cast(values: pa.Array, to: pa.DataType) -> pa.Array:
+    """``values`` cast to ``to``, null where a value does not cast (``try_evolve``'s kept types).
+
+    Whole arrays are cast; only an array holding a value that does not cast is halved, so the
+    Python work is per bad value (times log n), not per row.
+    """
+    try:
+        return pc.cast(values, to)
+    except pa.ArrowNotImplementedError:
+        return pa.nulls(len(values), to)  # no cast between the types at all
+    except pa.ArrowInvalid:
+        if len(values) <= 1:
+            return pa.nulls(len(values), to)
+    half = len(values) // 2
+    return pa.concat_arrays([try_cast(values.slice(0, half), to), try_cast(values.slice(half), to)])
 
 
 def with_schema(rows: pa.Table, sink: TableSchema, version: int,

@@ -53,6 +53,9 @@ class Column:
         charset: character set of a string column.
         collation: collation of a string column (it decides how string keys order).
         arrow: the Arrow type values travel as (chosen by the dialect).
+        origin: the column's identity across renames in a sink schema of ``schema_change.behavior:
+            evolve`` (``<name>@<version>``: its name in the version that added it; see
+            :mod:`cdc.model.history`); None elsewhere.
     """
 
     name: str
@@ -65,6 +68,7 @@ class Column:
     charset: str | None = None
     collation: str | None = None
     arrow: pa.DataType = field(kw_only=True)
+    origin: str | None = field(default=None, kw_only=True)
 
     def arrow_type(self) -> pa.DataType:
         return self.arrow
@@ -139,7 +143,8 @@ def schema_to_dict(schema: TableSchema) -> dict[str, Any]:
                      "nullable": c.nullable, "precision": c.precision, "scale": c.scale,
                      "datetime_precision": c.datetime_precision, "charset": c.charset,
                      "collation": c.collation, "arrow": _type_to_text(c.arrow),
-                     "arrow_text": str(c.arrow)} for c in schema.columns],
+                     "arrow_text": str(c.arrow), **({"origin": c.origin} if c.origin else {})}
+                    for c in schema.columns],
     }
 
 
@@ -148,7 +153,7 @@ def schema_from_dict(d: dict[str, Any]) -> TableSchema:
     columns = tuple(
         Column(c["name"], c["data_type"], c["column_type"], c["nullable"], c.get("precision"), c.get("scale"),
                c.get("datetime_precision"), c.get("charset"), c.get("collation"),
-               arrow=_type_from_text(c["arrow"]))
+               arrow=_type_from_text(c["arrow"]), origin=c.get("origin"))
         for c in d["columns"])
     return TableSchema(TableId.parse(d["table"]), columns, tuple(d["primary_key"]), d["connector"],
                        d.get("database"))

@@ -10,6 +10,19 @@ only widen. So an existing Delta table reaches a new storage schema by:
   Delta type widening, so the table is **rewritten** with the wider types in one overwrite
   commit, and a warning says so (a changelog's ``delta.appendOnly`` is lifted for that commit).
 
+Under ``schema_change.behavior: evolve`` (and ``try_evolve``) the sink schema is each version's own:
+columns also leave and are renamed. Its columns carry their identity across renames
+(:attr:`cdc.model.schema.Column.origin`), and each table records the sink schema it has, so a
+new schema's columns are matched to the table's by identity (:func:`column_sources`), not by
+name. Added columns and widenings go as above. A **drop or a rename** rewrites the table in one
+overwrite commit (mirror: the columns; changelog: the fields of ``before``/``after``, so old
+images follow too): a dropped column's values leave, a renamed column's values move to the new
+name, and a warning says so. The rewrite's commit carries an app transaction naming the schema
+it made (:func:`schema_token`), which a replay after a crash finds, so a rewrite is never done
+twice (a rename followed by the re-use of the old name must not move data again). The tables
+keep plain Parquet column names (no Delta column mapping): the executors write the Parquet files
+that a batch commits, and every reader reads the tables.
+
 Each table records its sink schema in the table property ``spark_cdc.schema`` (at creation and at
 every evolution), which a restart reads back (:func:`recorded_schema`): after a lenient DROP
 COLUMN the source's catalog no longer has the column, but the sink tables still do, and a DDL
@@ -19,17 +32,20 @@ the table first, so a crash part-way and a replay finish the work without doing 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 
 import pyarrow as pa
-from deltalake import DeltaTable, write_deltalake
+import pyarrow.compute as pc
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.schema import Schema as DeltaSchema
 
 from cdc.model.history import wider_type
 from cdc.model.schema import TableSchema, schema_from_dict, schema_to_dict
 from sinks.changes import conform
 from sinks.delta.tables import (
+    PROP_KEY,
     PROP_SCHEMA,
     TableKind,
     check_table,
@@ -43,12 +59,15 @@ log = logging.getLogger(__name__)
 
 PROP_STATS = "delta.dataSkippingStatsColumns"
 _APPEND_ONLY = "delta.appendOnly"
+APP_SCHEMA = "spark-cdc/schema"  # app transaction of a rewrite that dropped or renamed columns
+IMAGES = ("before", "after")  # the changelog's struct columns that hold the table's columns
 
 
 def ensure_table(uri: str, storage_options: dict[str, str], schema: TableSchema, kind: TableKind,
                  storage: pa.Schema) -> DeltaTable:
     """Open the table at ``uri`` (creating it when absent), evolve it to ``storage`` when that only
-    adds columns or widens types, and check that it fits.
+    adds columns or widens types (under ``evolve``: also drops, renames, places columns), and check
+    that it fits.
 
     Raises:
         SinkSchemaMismatch: the existing table has columns or types ``storage`` does not grow from,
@@ -76,7 +95,9 @@ def delta_arrow(schema: pa.Schema) -> pa.Schema:
 
 def evolve_table(table: DeltaTable, uri: str, storage_options: dict[str, str], schema: TableSchema,
                  storage: pa.Schema) -> bool:
-    """Bring ``table`` to ``storage`` when that only adds columns and widens types.
+    """Bring ``table`` to ``storage`` when that only adds columns and widens types; for a sink
+    schema of ``evolve`` (its columns carry their identity), also when it drops, renames or
+    reorders columns.
 
     Returns:
         True when the table changed; False when it already had ``storage`` or when ``storage`` is
@@ -84,9 +105,17 @@ def evolve_table(table: DeltaTable, uri: str, storage_options: dict[str, str], s
     """
     actual = pa.schema(table.schema().to_arrow())
     expected = delta_arrow(storage)
+    if has_lineage(schema):
+        return _evolve_exactly(table, uri, storage_options, schema, storage, actual)
     if actual.equals(expected, check_metadata=False):
         return False
-    plan = _plan(list(actual), list(expected))
+    return _grow(table, uri, storage_options, schema, storage, actual)
+
+
+def _grow(table: DeltaTable, uri: str, storage_options: dict[str, str], schema: TableSchema,
+          storage: pa.Schema, actual: pa.Schema) -> bool:
+    """Add columns and widen types (see :func:`evolve_table`)."""
+    plan = _plan(list(actual), list(delta_arrow(storage)))
     if plan is None:
         return False
     added, widened = plan
@@ -96,14 +125,164 @@ def evolve_table(table: DeltaTable, uri: str, storage_options: dict[str, str], s
                  ", ".join(_names(f) for f in added))
     if widened:
         _rewrite(table, uri, storage_options, storage, widened)
+    _record(table, schema, storage)
+    return True
+
+
+def _record(table: DeltaTable, schema: TableSchema, storage: pa.Schema, key: bool = False) -> None:
+    """Record ``schema`` (and its statistics columns; with ``key``, its primary key: a key column
+    was renamed) in the table's properties."""
     table.update_incremental()
     properties = {PROP_SCHEMA: json.dumps(schema_to_dict(schema))}
+    if key:
+        properties[PROP_KEY] = json.dumps(list(schema.primary_key))
     stats = stats_columns(storage)
     if stats:
         properties[PROP_STATS] = ",".join(stats)
     table.alter.set_table_properties(properties, raise_if_not_exists=False)
     table.update_incremental()
+
+
+def has_lineage(schema: TableSchema) -> bool:
+    """True for a sink schema of ``evolve``/``try_evolve`` (its columns carry their identity)."""
+    return any(c.origin for c in schema.columns)
+
+
+def schema_token(schema: TableSchema) -> int:
+    """A number naming ``schema`` (the app-transaction version of the rewrite that made it)."""
+    text = json.dumps(schema_to_dict(schema), sort_keys=True)
+    return int(hashlib.sha256(text.encode()).hexdigest()[:15], 16)
+
+
+def column_sources(have: TableSchema | None, names: list[str], want: TableSchema) -> dict[str, str | None]:
+    """For each column of ``want``, the column of a table that holds its values (None: new).
+
+    Args:
+        have: the sink schema the table recorded (None, or one without origins: a table created
+            before its first evolution, whose columns are version 0's).
+        names: the table's columns now (the mirror's, or the fields of the changelog's images).
+        want: the new sink schema.
+
+    A column takes the table's column of the same origin (a renamed column its old name). A table
+    without recorded origins also matches the remaining columns by name.
+    """
+    present = set(names)
+    lineage = have is not None and has_lineage(have)
+    origins = {c.origin: c.name for c in have.columns if c.origin} if have is not None and lineage \
+        else {f"{n}@0": n for n in names}
+    out: dict[str, str] = {}
+    for c in want.columns:
+        source = origins.get(c.origin or "")
+        if source in present and source not in out.values():
+            out[c.name] = source
+    if not lineage:
+        for c in want.columns:
+            if c.name not in out and c.name in present and c.name not in out.values():
+                out[c.name] = c.name
+    return {c.name: out.get(c.name) for c in want.columns}
+
+
+def data_names(actual: pa.Schema) -> list[str]:
+    """The table's own columns: the mirror's top-level ones, or the changelog's image fields."""
+    if "after" in actual.names and pa.types.is_struct(actual.field("after").type) and "op" in actual.names:
+        return [f.name for f in actual.field("after").type]
+    return list(actual.names)
+
+
+def _evolve_exactly(table: DeltaTable, uri: str, storage_options: dict[str, str], schema: TableSchema,
+                    storage: pa.Schema, actual: pa.Schema) -> bool:
+    """Bring ``table`` to ``schema`` under ``evolve``: add and widen in place, rewrite for drops and
+    renames (once: the rewrite's app transaction names the schema it made)."""
+    recorded = recorded_schema(table)
+    have = recorded if recorded is not None and recorded.table_id == schema.table_id else None
+    if have == schema and actual.equals(delta_arrow(storage), check_metadata=False):
+        return False  # the common case: every batch's commit passes here
+    names = data_names(actual)
+    if table.transaction_version(APP_SCHEMA) == schema_token(schema):
+        sources: dict[str, str | None] = {c.name: c.name for c in schema.columns}  # the rewrite to it committed already
+    else:
+        sources = column_sources(have, names, schema)
+    moved = {n: s for n, s in sources.items() if s is not None and s != n}
+    dropped = set(names) - {s for s in sources.values() if s is not None}
+    # an added column that is not last (ADD ... FIRST / AFTER): Delta adds columns at the end
+    reordered = [sources[n] or n for n in sources] != names + [n for n, s in sources.items() if s is None]
+    recorded_key = table.metadata().configuration.get(PROP_KEY)
+    key_renamed = recorded_key is not None and list(schema.primary_key) != json.loads(recorded_key) and \
+        [sources.get(k) for k in schema.primary_key] == json.loads(recorded_key)
+    if moved or dropped or reordered:
+        _restructure(table, uri, storage_options, schema, storage, sources, moved, dropped)
+    elif not actual.equals(delta_arrow(storage), check_metadata=False):
+        return _grow(table, uri, storage_options, schema, storage, actual)
+    elif have == schema:
+        return False
+    _record(table, schema, storage, key_renamed)
     return True
+
+
+def remap(rows: pa.Table, storage: pa.Schema, sources: dict[str, str | None]) -> pa.Table:
+    """``rows`` of a table (or a staged file) as ``storage``: each column, or each field of a
+    changelog's images, taken from its source column (None: null), cast (widened); the
+    changelog's other columns by name.
+
+    Args:
+        rows: the rows, in a table's storage layout before the change.
+        storage: the storage schema after it.
+        sources: the new column names and where their values are (:func:`column_sources`).
+    """
+    changelog = "op" in storage.names and "after" in storage.names
+    columns = []
+    for f in storage:
+        if changelog and f.name in IMAGES:
+            columns.append(_remap_struct(rows.column(f.name).combine_chunks(), f.type, sources))
+        elif changelog:
+            columns.append(_cast(rows.column(f.name).combine_chunks(), f.type) if f.name in rows.column_names
+                           else pa.nulls(rows.num_rows, f.type))
+        else:
+            source = sources.get(f.name)
+            columns.append(_cast(rows.column(source).combine_chunks(), f.type) if source in rows.column_names
+                           else pa.nulls(rows.num_rows, f.type))
+    return pa.Table.from_arrays(columns, schema=storage)
+
+
+def _remap_struct(array: pa.Array, target: pa.DataType, sources: dict[str, str | None]) -> pa.Array:
+    have = {f.name: i for i, f in enumerate(array.type)}
+    children = []
+    for f in target:
+        source = sources.get(f.name)
+        children.append(_cast(pc.struct_field(array, [have[source]]), f.type) if source in have
+                        else pa.nulls(len(array), f.type))
+    return pa.StructArray.from_arrays(children, fields=list(target), mask=array.is_null())
+
+
+def _cast(array: pa.Array, to: pa.DataType) -> pa.Array:
+    if array.type == to:
+        return array
+    if pa.types.is_struct(to):
+        return _remap_struct(array, to, {f.name: f.name for f in to})
+    return pc.cast(array, to)
+
+
+def _restructure(table: DeltaTable, uri: str, storage_options: dict[str, str], schema: TableSchema,
+                 storage: pa.Schema, sources: dict[str, str | None], moved: dict[str, str],
+                 dropped: set[str]) -> None:
+    """Rewrite every row into ``storage`` (one overwrite commit carrying the schema's app
+    transaction): dropped columns leave, renamed ones move, added ones are null."""
+    rows = read_table(uri, storage_options)
+    log.warning("%s: rewriting the table (%d rows) for %s: Delta tables without column mapping drop, "
+                "rename and place columns by a rewrite", uri, rows.num_rows,
+                "; ".join([f"renamed {s} to {n}" for n, s in moved.items()] +
+                          [f"dropped {d}" for d in sorted(dropped)]) or "the new column order")
+    out = remap(rows, storage, sources)
+    append_only = table.metadata().configuration.get(_APPEND_ONLY) == "true"
+    if append_only:
+        table.alter.set_table_properties({_APPEND_ONLY: "false"})
+        table.update_incremental()
+    write_deltalake(table, out, mode="overwrite", schema_mode="overwrite",
+                    commit_properties=CommitProperties(app_transactions=[Transaction(APP_SCHEMA,
+                                                                                     schema_token(schema))]))
+    if append_only:
+        table.update_incremental()
+        table.alter.set_table_properties({_APPEND_ONLY: "true"})
 
 
 def _plan(actual: list[pa.Field], expected: list[pa.Field]) -> tuple[list[object], list[str]] | None:

@@ -42,7 +42,7 @@ from sinks.changes import changelog_schema, mirror_schema
 from sinks.delta.catalog import check_names, register_tables
 from sinks.delta.config import DeltaSinkConfig
 from sinks.delta.engines import DeltaTables
-from sinks.delta.evolve import ensure_table, recorded_schema
+from sinks.delta.evolve import ensure_table, has_lineage, recorded_schema
 from sinks.delta.files import (
     DeltaFileWriter,
     StagedFile,
@@ -51,6 +51,7 @@ from sinks.delta.files import (
     read_change_files,
 )
 from sinks.delta.follower import MirrorFollower
+from sinks.delta.restage import restage
 from sinks.delta.tables import count_rows, open_table
 
 log = logging.getLogger(__name__)
@@ -115,13 +116,20 @@ class DeltaSink(Sink):
         files = [_tagged(d) for d in (*batch.snapshot, *batch.changes)]
         tagged = max((f for f in files if f.schema is not None), key=lambda f: f.version, default=None)
         wanted = tagged.table_schema() if tagged is not None else None
-        if wanted is None or wanted == current or not set(current.column_names) <= set(wanted.column_names):
+        if wanted is None or wanted == current or (
+                not has_lineage(wanted) and not set(current.column_names) <= set(wanted.column_names)):
             return current  # no change, or files of an older version (a replay): read as current
         if self.follower is not None:
             self.follower.drain()
         log.info("%s: sink schema version %d: columns %s", table_id, tagged.version if tagged else 0,
                  wanted.column_names)
-        self._ensure(wanted)
+        # the changelog first: a restart reads the sink schema back from it (open), and evolves the
+        # mirror forward to it when a crash came in between
+        ensure_table(self.delta.uri(table_id, "changelog"), self.delta.storage_options, wanted, "changelog",
+                     changelog_schema(wanted))
+        self.hooks.reached("sink_evolve")  # crash tests: the changelog evolved, the mirror not yet
+        ensure_table(self.delta.uri(table_id, "mirror"), self.delta.storage_options, wanted, "mirror",
+                     mirror_schema(wanted))
         self.current[table_id] = wanted
         return wanted
 
@@ -132,6 +140,7 @@ class DeltaSink(Sink):
         follow: dict[TableId, list[StagedFile]] = {}
         for batch in sorted(tables, key=lambda b: b.schema.table_id):
             batch = replace(batch, schema=self._evolve(batch))
+            batch = restage(self.delta, batch, batch.schema)  # evolve: files of older versions fit it
             snapshot = self._commit_snapshot(batch, batch_id)
             if snapshot:
                 self.hooks.reached("sink_commit")  # crash tests: snapshot committed, changes not yet

@@ -94,6 +94,7 @@ class DeltaSparkWriter:
         slots = max(1, int(spark.sparkContext.defaultParallelism))
         self._spark.conf.set("spark.databricks.delta.snapshotPartitions", str(slots))
         self._schemas: dict[str, Any] = {}
+        self._seen: dict[str, str] = {}  # each table's Delta schema when its Spark schema was read
         self._with_dv: set[str] = set()
 
     def _spark_schema(self, uri: str) -> Any:
@@ -125,6 +126,10 @@ class DeltaSparkWriter:
     ) -> DeltaTable | None:
         uri = self._config.uri(schema.table_id, kind)
         table = ensure_table(uri, self._config.storage_options, schema, kind, storage)
+        delta_schema = table.schema().to_json()
+        if self._seen.get(uri) != delta_schema:  # evolved (a column added, dropped, renamed, widened)
+            self._schemas.pop(uri, None)
+            self._seen[uri] = delta_schema
         return None if is_committed(table, app, batch_id) else table
 
     def write_mirror(

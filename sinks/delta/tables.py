@@ -9,8 +9,9 @@ Both are created on first write, with every column nullable and these table prop
 
 * ``spark_cdc.sourceTable``: ``db.t``; ``spark_cdc.kind``: ``mirror`` or ``changelog``;
 * ``spark_cdc.primaryKey``: the key columns as a JSON list (MERGE matches on them);
-* ``spark_cdc.schema``: the source table's sink schema (columns with their MySQL and Arrow types)
-  as JSON, updated when the table evolves (``sinks/delta/evolve.py``); a restart reads it back;
+* ``spark_cdc.schema``: the source table's sink schema (columns with their MySQL and Arrow types,
+  and under ``evolve`` each column's identity across renames) as JSON, updated when the table
+  evolves (``sinks/delta/evolve.py``); a restart reads it back;
 * ``delta.appendOnly = true`` on changelogs;
 * ``delta.dataSkippingStatsColumns``: the columns whose min/max statistics are safe to keep
   (see :func:`stats_columns`).
@@ -236,8 +237,9 @@ def check_table(table: DeltaTable, uri: str, schema: TableSchema, storage: pa.Sc
     if not actual.equals(expected, check_metadata=False):
         raise SinkSchemaMismatch(
             f"Delta table {uri} has schema {actual} but {name} now needs {expected}, which is not "
-            "an added column or a widened type (the only changes the sink follows, see "
-            "docs/schema-evolution.md): migrate or drop the table (and restart the snapshot)",
+            "an added column or a widened type (the only changes the sink follows under lenient; "
+            "evolve also drops and renames, see docs/schema-evolution.md): migrate or drop the table "
+            "(and restart the snapshot)",
             table=name, uri=uri,
         )
     recorded = table.metadata().configuration.get(PROP_KEY)
