@@ -10,11 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +18,11 @@ import pymysql
 import pytest
 from change_batches import read_with_every_reader
 from ddl_writers import DdlRandomWriter, assert_changelog_replays, wait_for_statements
+from driver_process import Driver, table_state
 from faults import InjectedFault
 from pipeline import (
     Pipeline,
+    RandomWriter,
     assert_changelog_exact,
     assert_mirror_equals_source,
     writing,
@@ -319,26 +316,19 @@ def test_a_crash_after_a_ddl_recovers_exactly(
     assert len(keys) == len(set(keys)) == 11 and {r["schema_version"] for r in log} == {1}
 
 
-def wait_for_batch(driver: subprocess.Popen[str], timeout: float = 300.0) -> None:
-    """Block until the driver process prints its next ``batch`` line."""
-    deadline = time.monotonic() + timeout
-    assert driver.stdout is not None
-    while True:
-        assert time.monotonic() < deadline, "driver made no progress"
-        line = driver.stdout.readline()
-        assert line, f"driver exited early with {driver.poll()}"
-        if line.startswith("batch "):
-            return
-
-
-# Each driver process: for each step, one batch committed, then the DDL (the writers paused);
-# the driver is SIGKILLed right after its last DDL. Then a catch-up run.
-DDL_MIX: list[list[tuple[tuple[str, ...], dict[str, Any]]]] = [
-    [(("ALTER TABLE w ADD COLUMN note VARCHAR(20)",), {"text": ("v", "note")}),
-     (("ALTER TABLE w MODIFY n BIGINT", "ALTER TABLE w MODIFY v VARCHAR(80)"), {"wide": True})],
-    [(("ALTER TABLE w RENAME COLUMN v TO title",), {"text": ("title", "note")}),
-     (("ALTER TABLE w DROP COLUMN note",), {"text": ("title",)})],
+# Each driver process runs its steps, then is SIGKILLed right after its last DDL; a catch-up run
+# follows. A step waits for its moment (tests/driver_process.py's MOMENTS), then runs its DDL on
+# w (the writers paused) and gives w's writer the columns after it. Table j is created mid-run,
+# right after the first DDL, with a writer of its own from the CREATE on: it joins the running job
+# (a query restart, then a snapshot under writes) while the DDL on w goes on, and both SIGKILLs
+# land during its join.
+DDL_MIX: list[list[tuple[str, tuple[str, ...], dict[str, Any]]]] = [
+    [("batch", ("ALTER TABLE w ADD COLUMN note VARCHAR(20)",), {"text": ("v", "note")}),
+     ("joining", ("ALTER TABLE w MODIFY n BIGINT", "ALTER TABLE w MODIFY v VARCHAR(80)"), {"wide": True})],
+    [("batch", ("ALTER TABLE w RENAME COLUMN v TO title",), {"text": ("title", "note")}),
+     ("emitting", ("ALTER TABLE w DROP COLUMN note",), {"text": ("title",)})],
 ]
+JOINING_ROWS = 3000  # 30 chunks of 100, 4 per batch: j's snapshot outlasts both drivers' steps
 
 
 @pytest.mark.slow  # a snapshot run, two driver processes killed, a catch-up run
@@ -347,32 +337,42 @@ def test_ddl_among_random_writers_just_before_sigkills_is_exact(
         seed: int, pipeline: Pipeline, mysql_server: Sandbox, database: str) -> None:
     """The exactly-once checks of tests/test_pipeline.py with ADD, MODIFY (widen), RENAME and DROP
     COLUMN mixed into random writers during the stream, each driver SIGKILLed right after its
-    last DDL; then the mirror under ``lenient``, the changelog exactly once, and its replay
-    rebuilding the table as it was before each DDL."""
+    last DDL, and a table created mid-run that joins under its own writer meanwhile: the first
+    SIGKILL lands right after the query restarted with it, the second between the stage and the
+    emit of its chunks. Then the mirror of w under ``lenient``, its changelog exactly once and
+    replayed as the table was before each DDL; j's mirror and changelog exact, each key read once."""
     p = pipeline
+    p.source = {"table_discovery_interval": "1s"}  # the drivers look for new tables every second
     sql(mysql_server, database, "CREATE TABLE w (id INT PRIMARY KEY, v VARCHAR(40), n INT)",
         "INSERT INTO w VALUES " + ",".join(f"({i * 2}, 'v{i}', {i})" for i in range(300)))
     initial = p.source_rows("w")
     p.run()  # the snapshot; the DDL comes during the stream
-    spec = json.dumps(p.raw_config())
+    j = f"{database}.j"
     writer = DdlRandomWriter(mysql_server, database, "w", seed=seed, key_space=500)  # rows 506-598 stay as read
+    j_writer = RandomWriter(mysql_server, database, "j", seed=seed + 1, key_space=JOINING_ROWS + 500, pause_s=0.005)
     cuts = []
-    with writing(writer):
+    at_kill: list[str | None] = []  # j's state in the last offset each killed driver planned
+    with writing(writer), contextlib.ExitStack() as stack:
         for steps in DDL_MIX:
-            driver = subprocess.Popen([sys.executable, str(Path(__file__).parent / "driver_process.py"), spec],
-                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                      start_new_session=True)
+            driver = Driver(p.raw_config(), p.workdir)
             try:
-                for statements, columns in steps:
-                    wait_for_batch(driver)
+                for when, statements, columns in steps:
+                    driver.reach(when, j)
                     cuts.append(writer.alter(*statements, **columns))
+                    if len(cuts) == 1:  # j: created and written while the DDL mix goes on
+                        sql(mysql_server, database, "CREATE TABLE j (id INT PRIMARY KEY, v VARCHAR(40), n INT NOT NULL)",
+                            "INSERT INTO j VALUES " + ",".join(f"({i}, 'j{i}', {i})" for i in range(JOINING_ROWS)))
+                        stack.enter_context(writing(j_writer))
             finally:
-                os.killpg(driver.pid, signal.SIGKILL)  # the driver, its JVM and Python workers at once
-                driver.wait(timeout=60)
+                driver.kill()
+            at_kill.append(table_state(driver.planned(), j))
         wait_for_statements(writer, 20)  # changes under the last DDL, for the catch-up run
+        wait_for_statements(j_writer, 20)
+    assert at_kill == ["snapshot", "snapshot"], f"the SIGKILLs landed during j's join: {at_kill}"
     assert writer.error is None and writer.statements > 100, writer.error
     p.run()  # restart from the checkpoint and catch up
-    schema = p.schemas()[TableId(database, "w")]
+    schemas = p.schemas()
+    schema = schemas[TableId(database, "w")]
     assert schema.column_names == ["id", "title", "n"]
     assert p.mirror("w").schema.names == ["id", "v", "n", "note", "title"]
     assert p.mirror("w").schema.field("n").type == pa.int64()
@@ -384,3 +384,10 @@ def test_ddl_among_random_writers_just_before_sigkills_is_exact(
     assert_changelog_replays(p, "w", schema, initial, cuts)
     versions = {r["schema_version"] for r in p.changelog("w").to_pylist() if r["op"] != "r"}
     assert versions == {0, 1, 3, 4, 5}, "version 2 (n BIGINT) has no change: v was widened right after it"
+    # j: the mirror is the source, each key its snapshot read once, each later change once
+    j_schema = schemas[TableId(database, "j")]
+    assert_mirror_equals_source(p, "j", j_schema)
+    assert_changelog_exact(p, "j", j_schema)
+    j_log = p.changelog("j").to_pylist()
+    assert {r["op"] for r in j_log} >= {"r", "c", "u", "d"}, "j's snapshot rows, then its changes from the log"
+    assert j_writer.statements > 100

@@ -344,54 +344,62 @@ def test_a_crash_after_a_ddl_replays_the_older_rows_with_the_old_version(pipelin
 
 # ---- DDL among random writers, a SIGKILL just after the last (issue #17, item 6) ----------------------
 
-PG_DDL_MIX: list[tuple[tuple[str, ...], dict[str, Any]]] = [  # each after one more committed batch
-    (("ALTER TABLE w ADD COLUMN note varchar(20)",), {"text": ("v", "note")}),
-    (("ALTER TABLE w ALTER COLUMN n TYPE bigint", "ALTER TABLE w ALTER COLUMN v TYPE varchar(80)"), {"wide": True}),
-    (("ALTER TABLE w RENAME COLUMN v TO title",), {"text": ("title", "note")}),
-    (("ALTER TABLE w DROP COLUMN note",), {"text": ("title",)}),
+# The steps of the driver: each waits for its moment (tests/driver_process.py's MOMENTS), then
+# runs its DDL on w (the writer paused); table j is created, with a writer of its own, right after
+# the second DDL: it joins (a query restart, then a snapshot under writes) while the DDL goes on,
+# and the SIGKILL after the last DDL lands between the stage and the emit of its chunks.
+PG_DDL_MIX: list[tuple[str, tuple[str, ...], dict[str, Any]]] = [
+    ("batch", ("ALTER TABLE w ADD COLUMN note varchar(20)",), {"text": ("v", "note")}),
+    ("batch", ("ALTER TABLE w ALTER COLUMN n TYPE bigint", "ALTER TABLE w ALTER COLUMN v TYPE varchar(80)"),
+     {"wide": True}),
+    ("joining", ("ALTER TABLE w RENAME COLUMN v TO title",), {"text": ("title", "note")}),
+    ("emitting", ("ALTER TABLE w DROP COLUMN note",), {"text": ("title",)}),
 ]
+JOINING_ROWS = 3000  # 30 chunks of 100, 4 per batch: j's snapshot outlasts the steps
 
 
 @pytest.mark.slow  # a snapshot run, one driver process killed, a catch-up run
 def test_ddl_among_random_writers_just_before_a_sigkill_is_exact(pipeline: PgPipeline) -> None:
     """ADD, ALTER TYPE (widen), RENAME and DROP COLUMN among random writers during the stream, the
-    driver SIGKILLed right after the last; then the mirror under ``lenient``, each change once in
-    the changelog, and its replay rebuilding the table as it was before each DDL."""
-    import os
-    import signal
-    import subprocess
-    import sys
-
+    driver SIGKILLed right after the last, and a table created mid-run that joins under its own
+    writer meanwhile (the SIGKILL lands between the stage and the emit of its chunks); then the
+    mirror of w under ``lenient``, each change once in its changelog, and its replay rebuilding
+    the table as it was before each DDL; j's mirror and changelog exact, each key read once."""
     from ddl_writers import PgDdlRandomWriter, assert_pg_exact_under_ddl, wait_for_statements
+    from driver_process import Driver, table_state
     from pipeline import writing
-    from test_pipeline import wait_for_batches
+    from pipeline_pg import assert_changelog_exact, assert_mirror_equals_source
+    from test_new_tables import PausedPgWriter
 
     p = pipeline
+    p.source = {"table_discovery_interval": "1s"}  # the driver looks for new tables every second
     sql(p, "CREATE TABLE w (id int PRIMARY KEY, v varchar(40), n int)",
         "INSERT INTO w SELECT i * 2, 'v' || i, i FROM generate_series(0, 299) AS i")
     initial = p.source_rows("w")
     p.run()  # the snapshot; the DDL comes during the stream
+    j = f"{p.schema}.j"
     writer = PgDdlRandomWriter(p, "w", seed=29, key_space=500)  # rows 506-598 stay as read
+    j_writer = PausedPgWriter(p, "j", seed=30, key_space=JOINING_ROWS + 500)
     cuts = []
-    with writing(writer):  # type: ignore[arg-type]
-        errors = p.workdir / "driver.err"
-        with open(errors, "w") as err:
-            driver = subprocess.Popen([sys.executable, str(Path(__file__).parent / "driver_process.py"),
-                                       json.dumps(p.raw_config())], stdout=subprocess.PIPE, stderr=err, text=True,
-                                      start_new_session=True)
+    with writing(writer), contextlib.ExitStack() as stack:
+        driver = Driver(p.raw_config(), p.workdir)
         try:
-            for statements, columns in PG_DDL_MIX:
-                wait_for_batches(driver, 1)
+            for when, statements, columns in PG_DDL_MIX:
+                driver.reach(when, j)
                 cuts.append(writer.alter(*statements, **columns))
-        except AssertionError:
-            raise AssertionError(f"driver: {errors.read_text()[-3000:]}") from None
+                if len(cuts) == 2:  # j: created and written while the DDL goes on
+                    sql(p, "CREATE TABLE j (id int PRIMARY KEY, v varchar(40), n int NOT NULL)",
+                        f"INSERT INTO j SELECT i, 'j' || i, i FROM generate_series(0, {JOINING_ROWS - 1}) AS i")
+                    stack.enter_context(writing(j_writer))
         finally:
-            os.killpg(driver.pid, signal.SIGKILL)  # the driver, its JVM, Python workers and open peeks
-            driver.wait(timeout=60)
+            driver.kill()
         wait_for_statements(writer, 20)  # changes under the last DDL, for the catch-up run
+        wait_for_statements(j_writer, 20)
+    assert table_state(driver.planned(), j) == "snapshot", "the SIGKILL landed during j's join"
     assert writer.error is None and writer.statements > 100, writer.error
     p.run()  # restart from the checkpoint and catch up
-    schema = p.schemas()[TableId(p.schema, "w")]
+    schemas = p.schemas()
+    schema = schemas[TableId(p.schema, "w")]
     assert schema.column_names == ["id", "title", "n"]
     assert p.mirror("w").schema.names == ["id", "v", "n", "note", "title"]
     assert p.mirror("w").schema.field("n").type == pa.int64()
@@ -401,3 +409,9 @@ def test_ddl_among_random_writers_just_before_a_sigkill_is_exact(pipeline: PgPip
     assert any(r["v"] is None and r["title"] is not None for r in mirror), "changed after the rename"
     versions = {r["schema_version"] for r in p.changelog("w").to_pylist() if r["op"] != "r"}
     assert versions == {0, 1, 2, 3, 4}, "both widenings make one version: Postgres shows them at the next change"
+    # j: the mirror is the source, each key its snapshot read once, each later change once
+    j_schema = schemas[TableId(p.schema, "j")]
+    assert_mirror_equals_source(p, "j", j_schema)
+    assert_changelog_exact(p, "j", j_schema)
+    ops = {r["op"] for r in p.changelog("j").to_pylist()}
+    assert "r" in ops and ops - {"r"}, f"j's snapshot rows, then its changes from the log: {ops}"
