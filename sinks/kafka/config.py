@@ -41,8 +41,9 @@ class KafkaSinkConfig(SinkConfig):
                                      "`sasl.*`, `message.max.bytes`; use `${ENV_VAR}` for secrets")
     include_schema_changes: bool = Field(default=True, description="publish each DDL on a captured table "
                                          "to the schema change topic `<topic_prefix>` (Debezium's "
-                                         "`include.schema.changes`: `ddl` and `tableChanges`), in the "
-                                         "transaction of the first batch with a change under it")
+                                         "`include.schema.changes`: `ddl` and `tableChanges`), once, in the "
+                                         "transaction of the batch that reads it (Postgres, which logs no "
+                                         "DDL: of the table's first change under it)")
     control_topic: str = Field(default="", description="the compacted topic recording the batches "
                                "each job committed (default `<topic_prefix>.__spark_cdc_commits`)")
     staging_path: str = Field(default="", description="a folder the executors and the driver all see "
