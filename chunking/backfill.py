@@ -18,14 +18,16 @@ Memory is bounded by the chunk: the staged rows plus one entry per changed key o
 from __future__ import annotations
 
 import json
+import logging
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cdc.model.errors import SchemaChanged
 from cdc.model.events import ChangeEvent, Row
 from cdc.model.positions import Offset
 from cdc.model.schema import TableSchema, schema_from_dict, schema_to_dict
@@ -49,6 +51,63 @@ def read_schema(schema: pa.Schema) -> TableSchema | None:
     """The definition :func:`tag_read_schema` put on a chunk's rows (None: untagged)."""
     meta = schema.metadata or {}
     return schema_from_dict(json.loads(meta[READ_SCHEMA_METADATA])) if READ_SCHEMA_METADATA in meta else None
+
+
+READ_ATTEMPTS = 5  # reads of one chunk while DDL keeps changing its table
+
+W = TypeVar("W")
+log = logging.getLogger(__name__)
+
+
+def read_as_defined(expected: TableSchema, split: SnapshotSplit, low_watermark: Callable[[], W],
+                    select: Callable[[TableSchema], pa.Table],
+                    definition: Callable[[], TableSchema]) -> tuple[W, pa.Table, TableSchema]:
+    """The LW, then a chunk's rows under its table's definition at the LW (a dialect's
+    ``read_chunk``, whatever its server).
+
+    The definition is read again after the SELECT (``definition()``) and compared with the one the
+    SELECT used (``expected``, the last one the caller read): equal, no DDL changed the table
+    between the two reads, which enclose the LW and the SELECT. Otherwise (a DDL in between: the
+    SELECT failed, or read columns the table no longer has at the LW) the chunk is read again under
+    the new definition, with a new LW.
+
+    Returns:
+        The LW, the rows tagged with the definition (:func:`tag_read_schema`), and the definition.
+
+    Raises:
+        SchemaChanged: the chunk key column is gone (renamed or dropped), or the table's
+            definition kept changing over :data:`READ_ATTEMPTS` reads.
+    """
+    table = expected.table_id
+    for _ in range(READ_ATTEMPTS):
+        _require_key(expected, split)
+        lw = low_watermark()
+        failure: Exception | None = None
+        try:
+            rows = select(expected)
+        except Exception as exc:  # a column the SELECT names is gone: the check below tells
+            failure, rows = exc, None
+        now = definition()
+        if now == expected:
+            if failure is not None or rows is None:
+                raise failure or AssertionError("no rows and no failure")
+            return lw, tag_read_schema(rows, expected), expected
+        log.info("%s: %s changed while the chunk was read (DDL); reading it again under %s",
+                 split.split_name, table, now.column_names)
+        expected = now
+    raise SchemaChanged(f"{table}: its definition changed {READ_ATTEMPTS} times while {split.split_name} was "
+                        "read; the job stops rather than read it forever. Restart it once the DDL is done",
+                        table=str(table))
+
+
+def _require_key(schema: TableSchema, split: SnapshotSplit) -> None:
+    """Refuse to read a chunk whose key column the table no longer has."""
+    if split.key_column.lower() not in (c.lower() for c in schema.column_names):
+        raise SchemaChanged(
+            f"{schema.table_id}: its chunk key column {split.key_column} was renamed or dropped while its "
+            f"snapshot was in flight (the table now has {schema.column_names}); spark-cdc follows DDL "
+            "during a snapshot except on the chunk key. Take a new snapshot (a new checkpoint, state "
+            "directory and sink path)", table=str(schema.table_id))
 
 
 def same_columns(a: TableSchema | pa.Schema, b: TableSchema | pa.Schema) -> bool:

@@ -9,6 +9,7 @@ chunk SELECTs into Arrow in ``fetch.py``, key order and range predicates in ``ke
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -69,7 +70,7 @@ from cdc.model.history import (
 )
 from cdc.model.positions import Offset
 from cdc.model.schema import Column, TableId, TableSchema
-from chunking.backfill import same_columns, tag_read_schema
+from chunking.backfill import read_as_defined, same_columns
 from chunking.chunks import KeyValue, SnapshotSplit
 from chunking.splitter import select_chunk_key
 
@@ -272,33 +273,21 @@ class MySqlDialect(Dialect, SupportsSplitSlices, SupportsBatchCap, SupportsState
 
         Raises:
             SchemaChanged: the chunk key column is gone (renamed or dropped), or the table's
-                definition kept changing over :data:`READ_ATTEMPTS` reads.
+                definition kept changing over :data:`chunking.backfill.READ_ATTEMPTS` reads.
         """
         table = schema.table_id
-        expected = self._read_as.get(table, schema)
+
+        def lw_of(conn: Any) -> BinlogOffset:
+            lw = low_watermark(conn)
+            if on_low_watermark is not None:
+                on_low_watermark()
+            return lw
+
         with contextlib.closing(self.connect()) as conn:
-            for _ in range(READ_ATTEMPTS):
-                _require_key(expected, split)
-                lw = low_watermark(conn)
-                if on_low_watermark is not None:
-                    on_low_watermark()
-                failure: Exception | None = None
-                try:
-                    rows = self.select_chunk(expected, split)
-                except Exception as exc:  # a column the SELECT names is gone: the check below tells
-                    failure, rows = exc, None
-                now = load_table_schema(conn, table)
-                if now == expected:
-                    if failure is not None or rows is None:
-                        raise failure or AssertionError("no rows and no failure")
-                    self._read_as[table] = expected
-                    return lw, tag_read_schema(rows, expected)
-                log.info("%s: %s changed while the chunk was read (DDL); reading it again under %s",
-                         split.split_name, table, now.column_names)
-                expected = now
-        raise SchemaChanged(f"{table}: its definition changed {READ_ATTEMPTS} times while {split.split_name} was "
-                            "read; the job stops rather than read it forever. Restart it once the DDL is done",
-                            table=str(table))
+            lw, rows, self._read_as[table] = read_as_defined(
+                self._read_as.get(table, schema), split, functools.partial(lw_of, conn),
+                functools.partial(self.select_chunk, split=split), functools.partial(load_table_schema, conn, table))
+        return lw, rows
 
     def select_chunk(self, schema: TableSchema, split: SnapshotSplit) -> pa.Table:
         """The chunk's rows, read in one consistent SELECT (the second half of read_chunk)."""
@@ -588,19 +577,6 @@ def behavior(configured: str) -> Behavior:
         raise ConfigError(f"source.schema_change.behavior: {configured!r} is not one of 'evolve', "
                           "'try_evolve', 'lenient', 'ignore', 'exception'", key="source.schema_change.behavior")
     return configured  # type: ignore[return-value]
-
-
-READ_ATTEMPTS = 5  # reads of one chunk while DDL keeps changing its table
-
-
-def _require_key(schema: TableSchema, split: SnapshotSplit) -> None:
-    """Refuse to read a chunk whose key column the table no longer has."""
-    if split.key_column.lower() not in (c.lower() for c in schema.column_names):
-        raise SchemaChanged(
-            f"{schema.table_id}: its chunk key column {split.key_column} was renamed or dropped while its "
-            f"snapshot was in flight (the table now has {schema.column_names}); spark-cdc follows DDL "
-            "during a snapshot except on the chunk key. Take a new snapshot (a new checkpoint, state "
-            "directory and sink path)", table=str(schema.table_id))
 
 
 def _offset_key(offset: BinlogOffset) -> tuple[int, int]:

@@ -12,6 +12,7 @@ Chunk keys that are strings are compared in the ``"C"`` collation (byte order, w
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import logging
 import re
@@ -51,17 +52,16 @@ from binlog.postgres.types import (
 )
 from cdc.model.config import SourceConfig
 from cdc.model.envelope import source_block
-from cdc.model.errors import ConfigError, SchemaChanged
+from cdc.model.errors import ConfigError
 from cdc.model.positions import Offset
 from cdc.model.schema import Column, TableId, TableSchema
-from chunking.backfill import tag_read_schema
+from chunking.backfill import read_as_defined
 from chunking.chunks import KeyValue, SnapshotSplit, SortKey
 from chunking.splitter import select_chunk_key
 
 log = logging.getLogger(__name__)
 
 SYSTEM_SCHEMAS = ("pg_catalog", "information_schema", "pg_toast")
-READ_ATTEMPTS = 5  # reads of one chunk while DDL keeps changing its table
 
 
 def chunkable(column: Column) -> bool:
@@ -187,39 +187,23 @@ class PostgresDialect(Dialect, SupportsLogRelease, SupportsSchemaHistory, Suppor
 
         Raises:
             SchemaChanged: the chunk key column is gone (renamed or dropped), or the table's
-                definition kept changing over :data:`READ_ATTEMPTS` reads.
+                definition kept changing over :data:`chunking.backfill.READ_ATTEMPTS` reads.
         """
         table = schema.table_id
-        expected = self._read_as.get(table, schema)
+
+        def lw_of(conn: Any) -> LsnOffset:
+            lw = flush_lsn(conn)
+            if on_low_watermark is not None:
+                on_low_watermark()
+            wait_for_committing(conn, self.postgres.snapshot_wait_s)
+            return lw
+
         with contextlib.closing(self.connect()) as conn:
-            for _ in range(READ_ATTEMPTS):
-                if split.key_column not in expected.column_names:
-                    raise SchemaChanged(
-                        f"{table}: its chunk key column {split.key_column} was renamed or dropped while its "
-                        f"snapshot was in flight (the table now has {expected.column_names}); spark-cdc "
-                        "follows DDL during a snapshot except on the chunk key. Take a new snapshot (a new "
-                        "checkpoint, state directory and sink path)", table=str(table))
-                lw = flush_lsn(conn)
-                if on_low_watermark is not None:
-                    on_low_watermark()
-                wait_for_committing(conn, self.postgres.snapshot_wait_s)
-                failure: Exception | None = None
-                try:
-                    rows = select_chunk(conn, expected, split)
-                except Exception as exc:  # a column the COPY names is gone: the check below tells
-                    failure, rows = exc, None
-                now = load_table_schema(conn, table, self.postgres.database)
-                if now == expected:
-                    if failure is not None or rows is None:
-                        raise failure or AssertionError("no rows and no failure")
-                    self._read_as[table] = expected
-                    return lw, tag_read_schema(rows, expected)
-                log.info("%s: %s changed while the chunk was read (DDL); reading it again under %s",
-                         split.split_name, table, now.column_names)
-                expected = now
-        raise SchemaChanged(f"{table}: its definition changed {READ_ATTEMPTS} times while {split.split_name} was "
-                            "read; the job stops rather than read it forever. Restart it once the DDL is done",
-                            table=str(table))
+            lw, rows, self._read_as[table] = read_as_defined(
+                self._read_as.get(table, schema), split, functools.partial(lw_of, conn),
+                functools.partial(select_chunk, conn, split=split),
+                functools.partial(load_table_schema, conn, table, self.postgres.database))
+        return lw, rows
 
     def key_order(self, column: Column, conn: Any) -> PostgresKeyOrder:
         return PostgresKeyOrder()
