@@ -12,6 +12,7 @@ import contextlib
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -203,17 +204,7 @@ class PgDdlRandomWriter(PgRandomWriter):
         return f"w{k}" + ("-" * self.rng.randrange(40, 70) if long else "")
 
     def _statement(self) -> str:
-        r, t, k = self.rng, self.table, self.rng.randrange(0, self.key_space)
-        column = r.choice(self.text)
-        n = r.randrange(1000) + (r.choice([0, 5_000_000_000]) if self.wide else 0)
-        values = ", ".join(f"'{self._value(k, c)}'" for c in self.text)
-        return r.choice([
-            f"INSERT INTO {t} (id, {', '.join(self.text)}, n) VALUES ({k}, {values}, {n}) ON CONFLICT DO NOTHING",
-            f"UPDATE {t} SET {column} = '{self._value(k, column)}', n = n + 1 WHERE id = {k}",
-            f"DELETE FROM {t} WHERE id = {k}",
-            f"UPDATE {t} SET id = {r.randrange(0, self.key_space)} WHERE id = {k}",
-            f"UPDATE {t} SET n = n - 1 WHERE id BETWEEN {k} AND {k + 5}",
-        ])
+        return pg_ddl_statement(self, self.text, self.wide, self._value)
 
 
 @dataclass(frozen=True)
@@ -281,3 +272,20 @@ def assert_pg_exact_under_ddl(p: PgPipeline, table: str, schema: TableSchema, in
         got = replay([r for r in ordered if r["op"] == "r" or r["source"]["commit_lsn"] < cut.offset.lsn], key)
         assert got == expected, (f"{table}: the changelog replayed up to {cut.ddl[0]!r} is not the source then: "
                                  f"{_difference(got, expected)}")
+
+
+def pg_ddl_statement(w: PgRandomWriter, text: tuple[str, ...], wide: bool, value: Callable[[int, str], str]) -> str:
+    """One random statement of ``w``, a Postgres writer that follows DDL: over the text columns
+    ``text`` the table has now, with ``n`` past 32 bits once ``wide`` (after a widening);
+    ``value(key, column)`` makes a text value."""
+    r, t, k = w.rng, w.table, w.rng.randrange(0, w.key_space)
+    column = r.choice(text)
+    n = r.randrange(1000) + (r.choice([0, 5_000_000_000]) if wide else 0)
+    values = ", ".join(f"'{value(k, c)}'" for c in text)
+    return r.choice([
+        f"INSERT INTO {t} (id, {', '.join(text)}, n) VALUES ({k}, {values}, {n}) ON CONFLICT DO NOTHING",
+        f"UPDATE {t} SET {column} = '{value(k, column)}', n = n + 1 WHERE id = {k}",
+        f"DELETE FROM {t} WHERE id = {k}",
+        f"UPDATE {t} SET id = {r.randrange(0, w.key_space)} WHERE id = {k}",
+        f"UPDATE {t} SET n = n - 1 WHERE id BETWEEN {k} AND {k + 5}",
+    ])

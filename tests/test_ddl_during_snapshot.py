@@ -37,6 +37,7 @@ from typing import Any
 import psycopg
 import pymysql
 import pytest
+from ddl_writers import pg_ddl_statement
 from pipeline import Pipeline, RandomWriter, _ReadOnlyHistory, assert_changelog_exact, writing
 from pipeline_pg import PgPipeline, PgRandomWriter
 from postgres_server import pg_dialect
@@ -408,17 +409,7 @@ class PgAdaptiveWriter(PgRandomWriter):
         self.wide = any(c == "n" and t == "bigint" for c, t in rows)
 
     def _statement(self) -> str:
-        r, t, k = self.rng, self.table, self.rng.randrange(0, self.key_space)
-        column = r.choice(self.text)
-        n = r.randrange(1000) + (r.choice([0, 5_000_000_000]) if self.wide else 0)
-        values = ", ".join(f"'w{k}'" for _ in self.text)
-        return r.choice([
-            f"INSERT INTO {t} (id, {', '.join(self.text)}, n) VALUES ({k}, {values}, {n}) ON CONFLICT DO NOTHING",
-            f"UPDATE {t} SET {column} = 'u{r.randrange(1000)}', n = n + 1 WHERE id = {k}",
-            f"DELETE FROM {t} WHERE id = {k}",
-            f"UPDATE {t} SET id = {r.randrange(0, self.key_space)} WHERE id = {k}",
-            f"UPDATE {t} SET n = n - 1 WHERE id BETWEEN {k} AND {k + 5}",
-        ])
+        return pg_ddl_statement(self, self.text, self.wide, lambda k, column: f"w{k}")
 
     def one(self) -> None:
         try:
