@@ -17,13 +17,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, cast
 
 import pyarrow as pa
 
 from cdc.model.config import SourceConfig
 from cdc.model.events import ChangeEvent
-from cdc.model.history import HistoryStore, SchemaHistory, SchemaVersion
+from cdc.model.history import Behavior, HistoryStore, SchemaHistory, SchemaVersion, SortKey
 from cdc.model.positions import Offset
 from cdc.model.schema import Column, TableId, TableSchema
 from chunking.chunks import KeyOrder, SnapshotSplit
@@ -304,6 +304,37 @@ class SupportsSchemaHistory:
         for schema in schemas.values():
             history.start(schema)  # version 0 for a table without a history (a first start)
         self.history_store = store
+
+    def catalog_version_at(self, offset: Offset) -> tuple[SortKey, str] | None:
+        """Where a version read from the catalog at the log's position ``offset`` starts: its
+        history key and its position in the dialect's words; None when the dialect finds such
+        versions in its log itself (Postgres: with the table's first change under a definition,
+        or at a chunk's HW, ``binlog/postgres/reader.py``)."""
+        return None
+
+    def join_schema_history(self, schemas: Sequence[TableSchema], now: Callable[[], Offset]) -> list[SchemaVersion]:
+        """Record the definition of each table that joins the job's offsets with this plan as a
+        new version at the log's current position (``now()``, asked once, only when needed),
+        where it differs from the table's latest stored version (driver, once per plan in which
+        tables join; :meth:`cdc.model.history.SchemaHistory.joined`).
+
+        ``schemas`` must be tables that no committed or planned offset names: the log of a table
+        an offset names is followed, and its DDL recorded where it lies.
+
+        Raises:
+            SchemaChanged: a definition differs under ``source.schema_change.behavior: exception``.
+        """
+        if self.history_store is None:
+            return []
+        config: Any = getattr(self, "config", None)  # a dialect's validated source: section
+        behavior = cast(Behavior, config.schema_change.behavior) if hasattr(config, "schema_change") else "lenient"
+        history = SchemaHistory(self.history_store, behavior)
+        changed = [s for s in schemas if history.known(s.table_id) and history.versions(s.table_id)[-1].schema != s]
+        where = self.catalog_version_at(now()) if changed else None
+        if where is None:
+            return []
+        made = [history.joined(schema, *where) for schema in changed]
+        return [v for v in made if v is not None]
 
 
 class SupportsSplitSlices(ABC):

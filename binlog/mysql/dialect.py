@@ -230,6 +230,11 @@ class MySqlDialect(Dialect, SupportsSplitSlices, SupportsBatchCap, SupportsState
             return self.gtid_offset(conn, gtid, attempts - 1)
         return BinlogOffset(at.file, at.pos, str(want), server_identity(conn))
 
+    def catalog_version_at(self, offset: Offset) -> tuple[tuple[int, int], str] | None:
+        """``offset``'s history key, as a DDL's right after its statement (rows after it find it)."""
+        assert isinstance(offset, BinlogOffset)
+        return _offset_key(offset), f"{offset.file}:{offset.pos}"
+
     def offset_from_dict(self, data: dict[str, Any]) -> BinlogOffset:
         return BinlogOffset.from_dict(data)
 

@@ -139,6 +139,42 @@ class SchemaHistory:
             self._add(SchemaVersion(0, BEGINNING, "start", None, schema))
         return versions[0]
 
+    def joined(self, schema: TableSchema, key: SortKey, position: str) -> SchemaVersion | None:
+        """Record ``schema``, a table's definition in the catalog as it joins the job's offsets,
+        as a new version at ``key`` (the log's position now) when its latest version differs.
+
+        Only for a table that no committed or planned offset names: no reader followed its log,
+        so a DDL made since its history was written (by a driver killed before the table joined a
+        batch, or before the table was dropped and created again) is known only from the catalog.
+        Its chunks, read after ``key``, and its stream find the new version and are tagged with
+        it, so the sinks evolve as for a DDL read from the log. Renames cannot be told from a drop
+        and an add here.
+
+        Returns:
+            The version recorded (or the one a second call finds at ``key``); None when the table
+            has no history (:meth:`start` makes version 0) or its latest version is ``schema``.
+
+        Raises:
+            SchemaChanged: under ``exception`` (the job stops before any row of the definition);
+                or the history has a version after ``key`` (another run's state directory).
+        """
+        versions = self.versions(schema.table_id)
+        if not versions or versions[-1].schema == schema:
+            return None
+        latest = versions[-1]
+        ddl = (f"definition read from the catalog when the table joined the running job: columns "
+               f"{', '.join(schema.column_names)} (version {latest.version} from {latest.position} had "
+               f"{', '.join(latest.schema.column_names)}; the DDL between them was not read from the log)")
+        if self.behavior == "exception":
+            raise SchemaChanged(
+                f"captured table {schema.table_id} changed while no batch of the job read it: {ddl}. "
+                "source.schema_change.behavior is 'exception', so the job stops here; set it to 'lenient' "
+                "to follow the change, or take a new snapshot (new checkpoint)",
+                table=str(schema.table_id), position=position, ddl=ddl)
+        version = self.record(schema.table_id, key, position, ddl, schema)
+        log.info("%s: schema version %d from %s: %s", schema.table_id, version.version, position, ddl)
+        return version
+
     def record(self, table: TableId, key: SortKey, position: str, ddl: str,
                schema: TableSchema, renames: Iterable[tuple[str, str]] = ()) -> SchemaVersion:
         """Record the schema a DDL at ``key`` made (or return the version already recorded there).

@@ -245,8 +245,20 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = self._offset(start)
         self.spec.hooks.reached("plan")
         self.planner.forget_emitted(begin)  # `start` ends the last committed batch
+        self._join_schema_history(begin)
         max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else None
         return self.planner.plan(begin, self.target, max_bytes).to_dict()
+
+    def _join_schema_history(self, start: SourceOffset) -> None:
+        """Give each table that joins the offsets with this plan (``start``, the newest offset in
+        Spark's log, names none of them) a schema version of its definition now, where its stored
+        history ends with another one: a driver that had started it (version 0 when its query
+        began) was killed before any batch read it, and a DDL came while it was down; or the table
+        was dropped and created again (driver; a table an offset names has its DDL followed)."""
+        dialect = self.spec.dialect
+        joining = [s for t, s in sorted(self.context.schemas.items()) if str(t) not in start.tables]
+        if joining and isinstance(dialect, SupportsSchemaHistory):
+            dialect.join_schema_history(joining, lambda: dialect.current_offset(self.planner.connection()))
 
     def prepareForTriggerAvailableNow(self) -> None:
         self.target = self.spec.dialect.current_offset(self.planner.connection())
