@@ -74,17 +74,7 @@ class DdlRandomWriter(RandomWriter):
         return self.rng.randrange(1000) + (self.rng.choice([0, 5_000_000_000]) if self.wide else 0)
 
     def one(self) -> None:
-        r, t, k = self.rng, self.table, self.rng.randrange(0, self.key_space)
-        columns = ", ".join(self.text)
-        values = ", ".join(f"'{self._value(k, c)}'" for c in self.text)
-        column = r.choice(self.text)
-        statement = r.choice([
-            f"INSERT IGNORE INTO {t} (id, {columns}, n) VALUES ({k}, {values}, {self._number()})",
-            f"UPDATE {t} SET {column} = '{self._value(k, column)}', n = n + 1 WHERE id = {k}",
-            f"DELETE FROM {t} WHERE id = {k}",
-            f"UPDATE IGNORE {t} SET id = {r.randrange(0, self.key_space)} WHERE id = {k}",
-            f"UPDATE {t} SET n = n - 1 WHERE id BETWEEN {k} AND {k + 5}",
-        ])
+        statement = mysql_ddl_statement(self, self.text, self._number(), self._value)
         try:
             with self.conn.cursor() as cur:
                 cur.execute(statement)
@@ -272,6 +262,21 @@ def assert_pg_exact_under_ddl(p: PgPipeline, table: str, schema: TableSchema, in
         got = replay([r for r in ordered if r["op"] == "r" or r["source"]["commit_lsn"] < cut.offset.lsn], key)
         assert got == expected, (f"{table}: the changelog replayed up to {cut.ddl[0]!r} is not the source then: "
                                  f"{_difference(got, expected)}")
+
+
+def mysql_ddl_statement(w: RandomWriter, text: tuple[str, ...], number: int, value: Callable[[int, str], str]) -> str:
+    """One random statement of ``w``, a MySQL writer that follows DDL: over the text columns
+    ``text`` the table has now, ``number`` for ``n``; ``value(key, column)`` makes a text value."""
+    r, t, k = w.rng, w.table, w.rng.randrange(0, w.key_space)
+    values = ", ".join(f"'{value(k, c)}'" for c in text)
+    column = r.choice(text)
+    return r.choice([
+        f"INSERT IGNORE INTO {t} (id, {', '.join(text)}, n) VALUES ({k}, {values}, {number})",
+        f"UPDATE {t} SET {column} = '{value(k, column)}', n = n + 1 WHERE id = {k}",
+        f"DELETE FROM {t} WHERE id = {k}",
+        f"UPDATE IGNORE {t} SET id = {r.randrange(0, w.key_space)} WHERE id = {k}",
+        f"UPDATE {t} SET n = n - 1 WHERE id BETWEEN {k} AND {k + 5}",
+    ])
 
 
 def pg_ddl_statement(w: PgRandomWriter, text: tuple[str, ...], wide: bool, value: Callable[[int, str], str]) -> str:

@@ -37,7 +37,7 @@ from typing import Any
 import psycopg
 import pymysql
 import pytest
-from ddl_writers import pg_ddl_statement
+from ddl_writers import mysql_ddl_statement, pg_ddl_statement
 from pipeline import Pipeline, RandomWriter, _ReadOnlyHistory, assert_changelog_exact, writing
 from pipeline_pg import PgPipeline, PgRandomWriter
 from postgres_server import pg_dialect
@@ -185,17 +185,8 @@ class AdaptiveWriter(RandomWriter):
         return f"w{k}" + ("-" * self.rng.randrange(40, 70) if long else "")
 
     def one(self) -> None:
-        r, t, k = self.rng, self.table, self.rng.randrange(0, self.key_space)
-        number = r.randrange(1000) + (r.choice([0, 5_000_000_000]) if self.wide["n"] else 0)
-        column = r.choice(self.text)
-        statement = r.choice([
-            f"INSERT IGNORE INTO {t} (id, {', '.join(self.text)}, n) VALUES "
-            f"({k}, {', '.join(repr(self._value(k, c)) for c in self.text)}, {number})",
-            f"UPDATE {t} SET {column} = '{self._value(k, column)}', n = n + 1 WHERE id = {k}",
-            f"DELETE FROM {t} WHERE id = {k}",
-            f"UPDATE IGNORE {t} SET id = {r.randrange(0, self.key_space)} WHERE id = {k}",
-            f"UPDATE {t} SET n = n - 1 WHERE id BETWEEN {k} AND {k + 5}",
-        ])
+        number = self.rng.randrange(1000) + (self.rng.choice([0, 5_000_000_000]) if self.wide["n"] else 0)
+        statement = mysql_ddl_statement(self, self.text, number, self._value)
         try:
             with self.conn.cursor() as cur:
                 cur.execute(statement)
