@@ -12,6 +12,7 @@ image), both at the update's position, as Debezium emits it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -26,7 +27,13 @@ from cdc.model.schema import TableSchema
 
 _C, _U, _D = 0, 1, 2
 _CODES = {"c": _C, "u": _U, "d": _D}
-_OP_TEXT = pa.array(["c", "u", "d"], pa.string())
+
+
+@functools.cache
+def _op_text() -> pa.Array:
+    """The op texts by code. Built on first use: pyarrow imports pandas (0.3 s) at its first
+    ``pa.array``, which Spark's planning processes that import this module never need."""
+    return pa.array(["c", "u", "d"], pa.string())
 
 
 def event_rows_envelope(schema: TableSchema, events: Sequence[EventRows], *, name: str) -> pa.Table:
@@ -66,7 +73,7 @@ def event_rows_envelope(schema: TableSchema, events: Sequence[EventRows], *, nam
     event = np.repeat(np.arange(len(events)), counts)[source_row]
     row_in_event = (np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts))[source_row]
     return pa.Table.from_arrays(
-        [_OP_TEXT.take(pa.array(out_ops)),
+        [_op_text().take(pa.array(out_ops)),
          _pick(schema, before, before_at[source_row], out_ops != _C),
          _pick(schema, after, after_at[source_row], out_ops != _D),
          _source(events, name, event, row_in_event),

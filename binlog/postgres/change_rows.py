@@ -11,6 +11,7 @@ delete and a create at its position.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -37,7 +38,13 @@ from cdc.model.schema import TableSchema
 # The current texts of some columns of one row, by its primary key texts (None: row gone).
 Lookup = Callable[[TableSchema, list[str], list[int]], "list[str | None] | None"]
 
-_OPS = pa.array(["c", "u", "d"], pa.string())
+
+@functools.cache
+def _ops() -> pa.Array:
+    """The op texts by code, built on first use (see binlog.mysql.change_rows._op_text)."""
+    return pa.array(["c", "u", "d"], pa.string())
+
+
 _CODE = np.zeros(256, np.int8)
 _CODE[INSERT], _CODE[ord("U")], _CODE[DELETE] = 0, 1, 2
 
@@ -163,7 +170,7 @@ def table_rows(block: MessageBlock, scan: Scan, at: np.ndarray, schema: TableSch
 
     ts = scan.ts_ms[at][idx]
     return pa.Table.from_arrays(
-        [_OPS.take(pa.array(op)), struct(before, images.has_old[idx] & ~is_create),
+        [_ops().take(pa.array(op)), struct(before, images.has_old[idx] & ~is_create),
          struct(after, images.has_new[idx] & ~is_delete), _source(block, scan, at, idx, schema, name), pa.array(ts)],
         schema=envelope_schema(schema))
 

@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from binlog.registry import DIALECTS, source_configs
+from binlog.registry import source_configs
 from cdc.model import config as model
 from cdc.model.config import JobConfig
 from cdc.model.errors import ConfigError
@@ -53,11 +53,11 @@ def config_reference() -> str:
     """
     sections: list[tuple[str, type[BaseModel], list[str] | None, str]] = [
         ("", JobConfig, None, ""), ("source.", model.SourceConfig, None, "")]
-    for name, dialect in sorted(DIALECTS.items()):
-        own = _own_fields(dialect.config_class, model.SourceConfig)
-        sections.append(("source.", dialect.config_class, own, f"({name}) "))
+    for name, config in sorted(source_configs().items()):
+        own = _own_fields(config, model.SourceConfig)
+        sections.append(("source.", config, own, f"({name}) "))
         for field_name in own:
-            nested = dialect.config_class.model_fields[field_name].annotation
+            nested = config.model_fields[field_name].annotation
             for candidate in getattr(nested, "__args__", (nested,)):
                 if isinstance(candidate, type) and issubclass(candidate, BaseModel):
                     sections.append((f"source.{field_name}.", candidate, None, f"({name}) "))

@@ -43,7 +43,7 @@ from urllib.parse import unquote, urlparse
 import pyarrow as pa
 import yaml
 
-from binlog.registry import DIALECTS, create_dialect
+from binlog.registry import DIALECT_NAMES, config_class, create_dialect
 from cdc.app.config import DEFAULT_SOURCE
 from cdc.model.config import SourceConfig, expand_env, parse_section
 from cdc.model.errors import CdcError, ConfigError
@@ -221,10 +221,10 @@ def load_source(path: str | Path) -> SourceConfig:
         raise ConfigError(f"{path}: no source: section (the keys are a job file's)", key="source")
     source = expand_env(raw["source"], "source")
     kind = source.get("type", DEFAULT_SOURCE)
-    if kind not in DIALECTS:
-        raise ConfigError(f"{path}: source.type: {kind!r} is not one of {', '.join(sorted(DIALECTS))}",
+    if kind not in DIALECT_NAMES:
+        raise ConfigError(f"{path}: source.type: {kind!r} is not one of {', '.join(DIALECT_NAMES)}",
                           key="source.type")
-    return parse_section(DIALECTS[kind].config_class, {**source, "type": kind}, "source")
+    return parse_section(config_class(kind), {**source, "type": kind}, "source")
 
 
 def sequence(connector: str) -> Any:

@@ -46,7 +46,7 @@ from binlog.dialect import (
     SupportsSchemaHistory,
     SupportsSplitSlices,
 )
-from binlog.registry import DIALECTS, create_dialect
+from binlog.registry import DIALECT_NAMES, config_class, create_dialect
 from cdc.model.config import parse_section
 from cdc.model.errors import ConfigError
 from cdc.model.hooks import NO_HOOKS, Hooks
@@ -117,7 +117,7 @@ class SourceSpec:
         for key in _JSON_OPTIONS:
             if key in source:
                 source[key] = json.loads(source[key])
-        config = parse_section(DIALECTS[dialect].config_class, {**source, "type": dialect}, "source")
+        config = parse_section(config_class(dialect), {**source, "type": dialect}, "source")
         try:
             parallelism = int(extra.get("parallelism", "2"))
         except ValueError:
@@ -182,8 +182,8 @@ class CdcDataSource(DataSource):
 def data_source(dialect: str) -> type[CdcDataSource]:
     """The data source class of a dialect (``mysql`` -> format ``mysql-cdc``), for
     ``spark.dataSource.register``."""
-    if dialect not in DIALECTS:
-        raise ConfigError(f"no dialect {dialect!r}; known: {', '.join(sorted(DIALECTS))}")
+    if dialect not in DIALECT_NAMES:
+        raise ConfigError(f"no dialect {dialect!r}; known: {', '.join(DIALECT_NAMES)}")
     return type(f"{dialect.title()}CdcDataSource", (CdcDataSource,), {"dialect_name": dialect})
 
 
