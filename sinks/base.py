@@ -18,7 +18,11 @@ A sink has two halves, because the rows of a snapshot must not pass through the 
 Stream kinds: ``snapshot`` rows are a chunk's ``op='r'`` rows; the source guarantees their keys
 are new to the sink (a key is read once, and no change of it flows before its chunk is emitted),
 so a sink may append them. ``changes`` are log changes (c/u/d) of one batch, in log order per
-table once sorted by their ``first`` position.
+table once sorted by their ``first`` position, which a sink applies by key (a mirror upserts and
+deletes). The ``op='r'`` rows of a table that joined the job again (dropped and created again:
+its sink tables may hold its keys already) come as ``changes`` too, marked
+:attr:`Staged.reads` and sorted before the batch's changes of their keys: a sink upserts them
+like any change, so no key is held twice.
 
 Schema changes reach a sink with the rows: rows a dialect tagged (:func:`cdc.model.history.with_schema`)
 carry their sink schema, schema version and, after a DDL, the DDL. A DDL in a batch's log slice
@@ -151,6 +155,8 @@ class Staged:
         first: the log sort key of the first row (changes are committed in this order).
         rows: how many change rows were staged.
         items: the writer's descriptions.
+        reads: ``changes`` that are snapshot rows (``op='r'``) of a table that joined again
+            (upserted; counted as snapshot rows).
     """
 
     sink: int
@@ -159,15 +165,19 @@ class Staged:
     first: tuple[int, ...]
     rows: int
     items: list[dict[str, Any]]
+    reads: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {"sink": self.sink, "table": self.table, "stream": self.stream, "first": list(self.first),
-                "rows": self.rows, "items": self.items}
+        d = {"sink": self.sink, "table": self.table, "stream": self.stream, "first": list(self.first),
+             "rows": self.rows, "items": self.items}
+        if self.reads:
+            d["reads"] = True
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Staged:
         return cls(int(d["sink"]), str(d["table"]), d["stream"], tuple(d["first"]), int(d["rows"]),
-                   list(d["items"]))
+                   list(d["items"]), bool(d.get("reads", False)))
 
 
 @dataclass

@@ -96,9 +96,12 @@ class BatchCommitter:
 
     def group(self, manifests: pa.Table, record: BatchRecord) -> list[list[TableBatch]]:
         """The batch's staged sets per sink and table; changes in log order (the tasks of a cut
-        slice stage disjoint pieces, each in order)."""
+        slice stage disjoint pieces, each in order). The snapshot rows of a table that joined
+        again travel as changes (:attr:`sinks.base.Staged.reads`) and are counted as snapshot
+        rows in ``record``."""
         staged = [Staged.from_dict(s) for text in manifests[MANIFEST_COLUMN].to_pylist() for s in json.loads(text)]
         out: list[dict[str, TableBatch]] = [{} for _ in self.sinks]
+        reads: dict[str, int] = {}
         for s in sorted(staged, key=lambda s: (s.stream != "snapshot", s.first)):
             batch = out[s.sink].setdefault(s.table, TableBatch(self.schemas[TableId.parse(s.table)]))
             if s.stream == "snapshot":
@@ -107,10 +110,14 @@ class BatchCommitter:
             else:
                 batch.changes.extend(s.items)
                 batch.change_rows += s.rows
+                if s.reads and s.sink == 0:
+                    reads[s.table] = reads.get(s.table, 0) + s.rows
         for batch in out[0].values() if out else ():
-            record.snapshot_rows += batch.snapshot_rows
-            record.change_rows += batch.change_rows
-            record.tables[str(batch.schema.table_id)] = (batch.snapshot_rows, batch.change_rows)
+            name = str(batch.schema.table_id)
+            snapshot, changes = batch.snapshot_rows + reads.get(name, 0), batch.change_rows - reads.get(name, 0)
+            record.snapshot_rows += snapshot
+            record.change_rows += changes
+            record.tables[name] = (snapshot, changes)
         return [list(tables.values()) for tables in out]
 
     def close(self) -> None:

@@ -32,6 +32,10 @@ class TableProgress:
             None while nothing is emitted.
         splitter: the lazy splitter's state, None before the first chunk.
         split_done: the splitter produced its last chunk.
+        rejoined: the table joined these offsets again after it had left them (dropped and
+            created again, or matched again): its sink tables may hold its keys already, so its
+            snapshot rows reach the sinks as changes, upserted by key, not appended
+            (docs/schema-evolution.md, "New and dropped tables"). Kept in every state.
     """
 
     state: TableState
@@ -40,18 +44,22 @@ class TableProgress:
     upto: Any = None
     splitter: dict[str, Any] | None = None
     split_done: bool = False
+    rejoined: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"state": self.state}
         if self.state == "snapshot":
             d.update(assigned=self.assigned, emitted=self.emitted, upto=self.upto,
                      splitter=self.splitter, split_done=self.split_done)
+        if self.rejoined:
+            d["rejoined"] = True
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TableProgress:
         return cls(state=d["state"], assigned=d.get("assigned", 0), emitted=d.get("emitted", 0),
-                   upto=d.get("upto"), splitter=d.get("splitter"), split_done=d.get("split_done", False))
+                   upto=d.get("upto"), splitter=d.get("splitter"), split_done=d.get("split_done", False),
+                   rejoined=bool(d.get("rejoined", False)))
 
 
 Ranges = dict[str, list[int]]  # table name -> [first chunk id, last chunk id + 1)
@@ -68,6 +76,8 @@ class SourceOffset:
         tables: each table's snapshot progress after the batch.
         stage: the chunks the batch stages, per table.
         emit: the chunks the batch emits (those the previous batch staged), per table.
+        left: the tables that were in these offsets and left them (no longer captured), sorted;
+            one that joins again is :attr:`TableProgress.rejoined`.
     """
 
     position: Offset
@@ -75,13 +85,17 @@ class SourceOffset:
     tables: dict[str, TableProgress]
     stage: Ranges = field(default_factory=dict)
     emit: Ranges = field(default_factory=dict)
+    left: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d: dict[str, Any] = {
             "v": OFFSET_VERSION, "position": self.position.to_dict(), "ts_ms": self.ts_ms,
             "tables": {t: p.to_dict() for t, p in sorted(self.tables.items())},
             "stage": self.stage, "emit": self.emit,
         }
+        if self.left:
+            d["left"] = list(self.left)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], position: Callable[[dict[str, Any]], Offset]) -> SourceOffset:
@@ -97,4 +111,5 @@ class SourceOffset:
         return cls(position=position(d["position"]), ts_ms=int(d["ts_ms"]),
                    tables={t: TableProgress.from_dict(p) for t, p in d["tables"].items()},
                    stage={t: list(r) for t, r in d.get("stage", {}).items()},
-                   emit={t: list(r) for t, r in d.get("emit", {}).items()})
+                   emit={t: list(r) for t, r in d.get("emit", {}).items()},
+                   left=tuple(d.get("left", ())))

@@ -113,7 +113,7 @@ class Planner:
         """
         if self.options.backfill_skip:
             return self._plan_without_backfill(start, target, max_bytes)
-        tables = self._with_current_tables(start.tables)
+        tables, left = self._with_current_tables(start)
         tables = self._mark_emitted(tables, start.stage)
         budget = min(self.options.chunks_per_batch, max(self.options.warmup_chunks, 4 * _count(start.stage)))
         stage, tables = self._assign(tables, budget)
@@ -121,19 +121,19 @@ class Planner:
         if not stage and not start.stage and hw.compare(start.position) == 0 and tables == start.tables:
             return start
         emit = {name: ids for name, ids in start.stage.items() if name in tables}  # not those of tables that left
-        end = SourceOffset(position=hw, ts_ms=_now_ms(), tables=tables, stage=stage, emit=emit)
+        end = SourceOffset(position=hw, ts_ms=_now_ms(), tables=tables, stage=stage, emit=emit, left=left)
         log.info("planned batch: stage %s, emit %s, log at %s", _count(stage), _count(end.emit), hw)
         return end
 
     def _plan_without_backfill(self, start: SourceOffset, target: Offset | None,
                                max_bytes: int | None) -> SourceOffset:
-        tables = self._with_current_tables(start.tables)
+        tables, left = self._with_current_tables(start)
         emit, tables = self._assign(tables, self.options.chunks_per_batch)
         tables = self._mark_emitted(tables, emit)
         hw = self._high_watermark(start, emitting=bool(emit), target=target, max_bytes=max_bytes)
         if not emit and hw.compare(start.position) == 0 and tables == start.tables:
             return start
-        end = SourceOffset(position=hw, ts_ms=_now_ms(), tables=tables, emit=emit)
+        end = SourceOffset(position=hw, ts_ms=_now_ms(), tables=tables, emit=emit, left=left)
         log.info("planned batch: read and emit %s (no backfill), log at %s", _count(emit), hw)
         return end
 
@@ -169,18 +169,29 @@ class Planner:
         if isinstance(self.dialect, SupportsStatePruning):
             self.dialect.prune_state(committed.position)
 
-    def _with_current_tables(self, tables: dict[str, TableProgress]) -> dict[str, TableProgress]:
-        """Tables matched since the checkpoint was made join as pending (then snapshot); tables no
+    def _with_current_tables(self, start: SourceOffset) -> tuple[dict[str, TableProgress], tuple[str, ...]]:
+        """Each captured table's progress, and the tables that left the offsets.
+
+        Tables matched since the checkpoint was made join as pending (then snapshot); tables no
         longer captured (dropped, or no longer matched) leave, so that one that comes back joins
-        again with a snapshot of its own instead of streaming on after a gap."""
+        again with a snapshot of its own instead of streaming on after a gap. One that comes back
+        is :attr:`~cdc.spark.offsets.TableProgress.rejoined`: its sink tables may hold its keys,
+        so its snapshot is upserted."""
+        tables = start.tables
         out = {name: p for name, p in tables.items() if TableId.parse(name) in self.schemas}
-        for name in sorted(set(tables) - set(out)):
+        gone = sorted(set(tables) - set(out))
+        for name in gone:
             log.info("table %s is no longer captured (dropped, or no longer matched): its sink tables stay", name)
+        left = set(start.left) | set(gone)
         for t in sorted(self.schemas):
-            if str(t) not in out:
-                log.info("table %s is new to this checkpoint: it will be snapshotted, then streamed", t)
-                out[str(t)] = TableProgress("pending" if self.options.snapshot else "stream")
-        return out
+            if str(t) in out:
+                continue
+            back = str(t) in left
+            log.info("table %s is %s this checkpoint: it will be snapshotted, then streamed%s", t,
+                     "back in" if back else "new to",
+                     "; its snapshot rows are upserted by key (its sink tables may hold them)" if back else "")
+            out[str(t)] = TableProgress("pending" if self.options.snapshot else "stream", rejoined=back)
+        return out, tuple(sorted(left - set(out)))
 
     def _mark_emitted(self, tables: dict[str, TableProgress], emitted: Ranges) -> dict[str, TableProgress]:
         out = dict(tables)
@@ -190,7 +201,7 @@ class Planner:
             progress = out[name]
             last = SnapshotSplit.from_dict(self.store.read_json(StateStore.chunk_path(TableId.parse(name), hi - 1)))
             if last.end is None and progress.split_done and hi == progress.assigned:
-                out[name] = TableProgress("stream")
+                out[name] = TableProgress("stream", rejoined=progress.rejoined)
                 log.info("snapshot of %s finished (%d chunks)", name, hi)
             else:
                 out[name] = replace(progress, emitted=hi, upto=encode_value(last.end))

@@ -318,6 +318,13 @@ def captured(offset: SourceOffset, ctx: TaskContext) -> SourceOffset:
     return replace(offset, stage=known(offset.stage), emit=known(offset.emit))
 
 
+def rejoined(offset: SourceOffset, table: str) -> bool:
+    """Whether ``table`` joined ``offset``'s tables again after it had left them: its snapshot
+    rows are upserted (:class:`~cdc.spark.tasks.EmitChunk`)."""
+    progress = offset.tables.get(table)
+    return progress is not None and progress.rejoined
+
+
 def regions(start: SourceOffset, ctx: TaskContext) -> dict[str, Region]:
     """Each table's finished region when the batch starts (what of it streams)."""
     out = {}
@@ -343,7 +350,8 @@ def plan_partitions(start: SourceOffset, end: SourceOffset, ctx: TaskContext, sp
     p, reader_ids = spec.parallelism, ctx.dialect.reader_ids()
     hw, ts = end.position, end.ts_ms
     stages: list[Any] = [StageChunk(t, i) for t, (lo, hi) in sorted(end.stage.items()) for i in range(lo, hi)]
-    emits: list[Any] = [EmitChunk(t, i) for t, (lo, hi) in sorted(end.emit.items()) for i in range(lo, hi)]
+    emits: list[Any] = [EmitChunk(t, i, rejoined(end, t)) for t, (lo, hi) in sorted(end.emit.items())
+                        for i in range(lo, hi)]
     streaming = regions(start, ctx) if ctx.dialect.config.startup_mode != "snapshot" else {}
     # Every batch follows the DDL of the tables whose rows it does not stream, so the schema
     # history is complete up to each batch's start (the emits' log reads begin there); a table

@@ -11,7 +11,8 @@ use. Three kinds of work (docs/architecture.md, "Why stage, then emit"):
   where the schema history is complete, so it records every DDL of its tables up to the HW. A
   chunk whose window holds a DDL of its table stops its merge at the DDL: its rows are its state
   just before it, and the changes of its keys after it are emitted as change rows
-  (docs/schema-evolution.md, "DDL during a snapshot").
+  (docs/schema-evolution.md, "DDL during a snapshot"). The rows of a table that joined the job
+  again reach the sinks as changes, upserted by key (:class:`EmitChunk`).
 * :class:`StreamSlice`: the log slice (start, end] of the batch (Flink CDC's ``StreamSplit``),
   keeping the changes whose key lies in a chunk emitted before this batch (``shouldEmit``), and
   following the DDL of every other captured table (``follow``), so that each batch leaves the
@@ -71,10 +72,16 @@ class StageChunk:
 
 @dataclass(frozen=True)
 class EmitChunk:
-    """Emit chunk ``split_id`` of ``table``, staged by the previous batch, as of the batch's HW."""
+    """Emit chunk ``split_id`` of ``table``, staged by the previous batch, as of the batch's HW.
+
+    ``rejoined``: the table joined the offsets again (:attr:`cdc.spark.offsets.TableProgress.rejoined`),
+    so its sink tables may hold the chunk's keys: its rows are staged as ``changes``, which sinks
+    upsert by key, instead of ``snapshot`` rows, which they may append (:mod:`sinks.base`).
+    """
 
     table: str
     split_id: int
+    rejoined: bool = False
 
 
 @dataclass(frozen=True)
@@ -206,8 +213,9 @@ class _ChunkMerge:
     changes in the chunk's window, or at the end of the read.
     """
 
-    def __init__(self, split: SnapshotSplit, lw: Offset, read: pa.Schema, order: KeyOrder) -> None:
-        self.split, self.lw, self.read, self.order = split, lw, read, order
+    def __init__(self, split: SnapshotSplit, lw: Offset, read: pa.Schema, order: KeyOrder,
+                 rejoined: bool = False) -> None:
+        self.split, self.lw, self.read, self.order, self.rejoined = split, lw, read, order, rejoined
         self.table = split.table_id
         self.found: ChunkVersion | None = None
         self.fill: Backfill | None = None
@@ -262,7 +270,7 @@ def _emit(items: list[EmitChunk], part: CdcPartition, ctx: TaskContext, orders: 
         split = SnapshotSplit.from_dict(ctx.store.read_json(StateStore.chunk_path(table, item.split_id)))
         lw = ctx.dialect.offset_from_dict(ctx.store.staged_low_watermark(table, item.split_id))
         merges.append(_ChunkMerge(split, lw, _staged_schema(ctx, table, item.split_id),
-                                  orders.of(table, split.key_column)))
+                                  orders.of(table, split.key_column), item.rejoined))
     low = functools.reduce(min_offset, (m.lw for m in merges))
     # From the batch's start, where the history is complete: the DDL before the LWs is recorded
     # (walked over, not decoded), and every DDL up to the HW with its true version number.
@@ -286,7 +294,7 @@ def _emit(items: list[EmitChunk], part: CdcPartition, ctx: TaskContext, orders: 
                  rows.num_rows, merge.version.version, merge.fill.applied,
                  f"; a DDL at {at} ends them, its later changes follow as changes" if merge.split_at else "")
         if ctx.writers:
-            yield from pending.add(table, envelope)
+            yield from pending.add(table, envelope, merge.rejoined)
         else:
             yield from ctx.layout.to_stream(table, envelope).to_batches(max_chunksize=BACKFILL_BATCH * 4)
     yield from pending.flush()
@@ -343,7 +351,7 @@ def _read_and_emit(items: list[EmitChunk], part: CdcPartition, ctx: TaskContext,
             assert ahead is not None
             split, lw, rows = ahead.result()
             ahead = pool.submit(_read_chunk, items[i + 1], ctx) if i + 1 < len(items) else None
-            yield from _emit_read(split, lw, rows, walk, part, ctx, pending)
+            yield from _emit_read(split, lw, rows, walk, part, ctx, pending, items[i].rejoined)
     yield from pending.flush()
 
 
@@ -378,7 +386,7 @@ def _read_chunk(item: EmitChunk, ctx: TaskContext) -> tuple[SnapshotSplit, Offse
 
 
 def _emit_read(split: SnapshotSplit, lw: Offset, rows: pa.Table, walk: _DdlWalk, part: CdcPartition,
-               ctx: TaskContext, pending: _Pending) -> Iterator[pa.RecordBatch]:
+               ctx: TaskContext, pending: _Pending, rejoined: bool) -> Iterator[pa.RecordBatch]:
     """Emit one chunk read without backfill (see :func:`_read_and_emit`)."""
     table = split.table_id
     if lw.is_before(part.high_watermark):
@@ -391,23 +399,27 @@ def _emit_read(split: SnapshotSplit, lw: Offset, rows: pa.Table, walk: _DdlWalk,
     log.info("read and emitted %s: %d rows (LW %s, schema version %d, no backfill)", split.split_name,
              rows.num_rows, lw, version.version)
     if ctx.writers:
-        yield from pending.add(table, envelope)
+        yield from pending.add(table, envelope, rejoined)
     else:
         yield from ctx.layout.to_stream(table, envelope).to_batches(max_chunksize=BACKFILL_BATCH * 4)
 
 
 class _Pending:
     """Buffers an emit task's snapshot rows per table and schema version; hands them to the
-    sinks in sets of about :data:`STAGED_ROWS` (fewer, larger files)."""
+    sinks in sets of about :data:`STAGED_ROWS` (fewer, larger files).
+
+    The rows of a table that joined again are staged as ``changes`` (upserted by key by the
+    sinks; :class:`EmitChunk`), before the batch's changes of their keys (``first`` is empty:
+    only the changes after a DDL in the chunks' windows share their keys)."""
 
     def __init__(self, ctx: TaskContext) -> None:
         self.ctx = ctx
-        self.tables: dict[tuple[TableId, int], list[pa.Table]] = {}
+        self.tables: dict[tuple[TableId, int, bool], list[pa.Table]] = {}
 
-    def add(self, table: TableId, envelope: pa.Table) -> Iterator[pa.RecordBatch]:
+    def add(self, table: TableId, envelope: pa.Table, rejoined: bool = False) -> Iterator[pa.RecordBatch]:
         if envelope.num_rows:
             tagged = tagged_schema(envelope)
-            key = (table, tagged[1] if tagged is not None else 0)
+            key = (table, tagged[1] if tagged is not None else 0, rejoined)
             self.tables.setdefault(key, []).append(envelope)
             if sum(t.num_rows for t in self.tables[key]) >= STAGED_ROWS:
                 yield from self._stage(key)
@@ -416,22 +428,26 @@ class _Pending:
         for key in list(self.tables):
             yield from self._stage(key)
 
-    def _stage(self, key: tuple[TableId, int]) -> Iterator[pa.RecordBatch]:
-        parts = self.tables.pop(key)
-        yield from stage_rows(self.ctx, self.ctx.schemas[key[0]], pa.concat_tables(parts), "snapshot", ())
+    def _stage(self, key: tuple[TableId, int, bool]) -> Iterator[pa.RecordBatch]:
+        table, _, rejoined = key
+        rows = pa.concat_tables(self.tables.pop(key))
+        yield from stage_rows(self.ctx, self.ctx.schemas[table], rows, "changes" if rejoined else "snapshot", (),
+                              reads=rejoined)
 
 
 def stage_rows(ctx: TaskContext, schema: TableSchema, rows: pa.Table, stream: StreamKind,
-               first: tuple[int, ...]) -> Iterator[pa.RecordBatch]:
+               first: tuple[int, ...], reads: bool = False) -> Iterator[pa.RecordBatch]:
     """Hand one table's rows to every sink's writer; yield the manifest row of what they staged.
     Rows a dialect tagged with a sink schema (:func:`cdc.model.history.with_schema`) are staged
     with it; ``schema`` is the table's otherwise. A set without a row is a DDL handed over
     where it lies (:meth:`sinks.base.SinkWriter.stage`); its manifest row has a null op, source
-    and ts_ms (no change)."""
-    staged = [Staged(i, str(schema.table_id), stream, first, rows.num_rows, writer.stage(schema, rows, stream))
-              for i, writer in enumerate(ctx.writers)]
+    and ts_ms (no change). ``reads``: ``changes`` that are snapshot rows (:attr:`sinks.base.Staged.reads`)."""
+    staged = [Staged(i, str(schema.table_id), stream, first, rows.num_rows, writer.stage(schema, rows, stream),
+                     reads) for i, writer in enumerate(ctx.writers)]
     if rows.num_rows:
-        log.info("staged %d %s rows of %s in %d sink(s)", rows.num_rows, stream, schema.table_id, len(staged))
+        log.info("staged %d %s%s rows of %s in %d sink(s)", rows.num_rows, stream,
+                 " (snapshot reads of a table that joined again, upserted)" if reads else "", schema.table_id,
+                 len(staged))
     else:
         log.info("staged a schema change of %s (no row) in %d sink(s)", schema.table_id, len(staged))
     last = rows if rows.num_rows else pa.Table.from_arrays([pa.nulls(1, f.type) for f in rows.schema],

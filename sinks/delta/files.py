@@ -15,7 +15,9 @@ A crash before step 2 leaves orphan Parquet files that no Delta snapshot referen
 not see them and ``VACUUM`` removes them. A replay writes new files and commits them, unless the
 table already holds the batch, in which case the new files stay orphans too. Appending is right
 only for snapshot rows, whose keys the mirror does not hold yet (the source guarantees a key is
-read once), so only all-``r`` chunks are accepted.
+read once), so only all-``r`` chunks are accepted. The ``r`` rows of a table that joined the job
+again (dropped and created again: the mirror may hold its keys) come as changes instead, committed
+to the changelog and MERGEd into the mirror like any change (:mod:`sinks.base`).
 
 Statistics follow Delta's ``stats`` JSON (``numRecords``, ``minValues``, ``maxValues``,
 ``nullCount``) for the same columns the table's ``delta.dataSkippingStatsColumns`` names;
