@@ -65,7 +65,8 @@ class PgPipeline:
         source = {"type": "postgres", "hostname": c.host, "port": c.port, "username": c.user,
                   "password": c.password, "database": self.database, "tables": [f"{self.schema}\\..*"],
                   "chunk_size": 100, "chunks_per_batch": 4, **self.source}
-        sink = self.sinks or {"type": "delta", "path": str(self.lake), "async_mirror": self.async_mirror}
+        sink = self.sinks or {"type": "delta", "path": str(self.lake), "async_mirror": self.async_mirror,
+                              "register_tables": False}  # names cost a Delta JVM start (tests/pipeline.py)
         return {"source": source, "sink": sink, "checkpoint": str(self.checkpoint),
                 "state_dir": str(self.state_dir), "parallelism": 2, **self.job}
 
