@@ -88,6 +88,12 @@ class Job:
         return end is not None and not end.position.is_before(through) and \
             all(end.tables.get(t) is not None and end.tables[t].state == "stream" for t in tables)
 
+    def left(self, table: str) -> bool:
+        """``table`` is no longer in the newest committed batch's offsets (the query that captured
+        it ran on until it had read the log past its drop, then restarted without it)."""
+        end = self.committed()
+        return end is not None and table not in end.tables
+
     def wrote(self, table: str) -> bool:
         """The job committed rows of ``table`` (``db.table``) in this run."""
         return any(sum(r.tables.get(table, (0, 0))) for r in self.runner.batches)
@@ -229,8 +235,8 @@ def test_a_created_table_joins_and_a_dropped_one_leaves_while_the_job_runs(
         execute(mysql_server, db, "INSERT INTO t_b (id, v) VALUES (100000, 'after the drop')")
         a_writer.stop()
         end = mysql_position(mysql_server)
-        wait_until(lambda: job.streams([f"{db}.t_a", f"{db}.t_b"], end), "the job to catch up after the drop", job)
-        assert f"{db}.t_c" not in job.committed().tables  # type: ignore[union-attr]
+        wait_until(lambda: job.streams([f"{db}.t_a", f"{db}.t_b"], end) and job.left(f"{db}.t_c"),
+                   "the job to catch up without t_c after the drop", job)
 
     schemas = table_schemas(job, "t_a", "t_b")
     for table in ("t_a", "t_b"):
@@ -249,6 +255,46 @@ def test_a_created_table_joins_and_a_dropped_one_leaves_while_the_job_runs(
     [warning] = messages(caplog, f"table {db}.t_nokey matches source.tables but cannot join the running job yet")
     assert "chunk_key_columns" in warning, warning
     assert not messages(caplog, f"{db}.other")
+
+
+def test_the_changes_made_just_before_a_drop_reach_the_sinks_before_the_table_leaves(
+    spark: Any, mysql_server: Sandbox, database: str, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A captured table written and dropped right after a batch: the watcher (every 200 ms) sees
+    it gone long before the next batch (every 3 s) would read those writes. The query runs on until
+    it has committed the log through the drop, so they reach the sinks, then it leaves."""
+    caplog.set_level(logging.INFO, logger="cdc.app")
+    db = database
+    execute(mysql_server, db, TABLE.format("t_a"), TABLE.format("t_c"),
+            "INSERT INTO t_a (id, v) VALUES (1, 'a')",
+            "INSERT INTO t_c (id, v) VALUES " + ", ".join(f"({i}, 'c{i}')" for i in range(50)))
+    p = Pipeline(spark, mysql_server, db, tmp_path / "job",
+                 source={"tables": [f"{db}\\.t_.*"], "table_discovery_interval": "200ms"},
+                 job={"trigger_interval": "3s"})
+    p.started_at = mysql_position(mysql_server)
+    with running(p) as job:
+        start = mysql_position(mysql_server)
+        wait_until(lambda: job.streams([f"{db}.t_a", f"{db}.t_c"], start), "both snapshots", job)
+        c_schema = table_schemas(job, "t_c")[TableId(db, "t_c")]
+        files = CheckpointFiles(job.config.checkpoint)
+        last = files.last("commits")
+        execute(mysql_server, db, "INSERT INTO t_a (id, v) VALUES (2, 'a')")  # a batch to wait for
+        wait_until(lambda: files.last("commits") != last, "a batch to commit", job)
+        # at once after that batch: the next one is about 3 s away, the watcher's look 0.2 s
+        execute(mysql_server, db, "UPDATE t_c SET v = 'last words' WHERE id < 10",
+                "DELETE FROM t_c WHERE id >= 40", "INSERT INTO t_c (id, v) VALUES (1000, 'born late')")
+        c_rows = p.source_rows("t_c")
+        execute(mysql_server, db, "DROP TABLE t_c")
+        wait_until(lambda: bool(messages(caplog, f"captured table {db}.t_c is gone")), "the drop to be seen", job)
+        execute(mysql_server, db, "INSERT INTO t_a (id, v) VALUES (3, 'after the drop')")
+        end = mysql_position(mysql_server)
+        wait_until(lambda: job.streams([f"{db}.t_a"], end) and job.left(f"{db}.t_c"),
+                   "the job to catch up without t_c after the drop", job)
+    mirror = sorted((r["id"], r["v"]) for r in p.mirror("t_c").to_pylist())
+    assert mirror == sorted((r["id"], r["v"]) for r in c_rows), "the mirror as the table was at its drop"
+    assert_changelog_exact(p, "t_c", c_schema)
+    assert messages(caplog, "the query runs on until it has read the log through")
+    assert_mirror_equals_source(p, "t_a", table_schemas(job, "t_a")[TableId(db, "t_a")])
 
 
 KILL_POINTS = {  # where in a join the driver is SIGKILLed: all before the restarted query's first commit

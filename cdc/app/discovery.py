@@ -16,6 +16,9 @@ What the new query does with the tables is what every restart of the job does
   row written between the ``CREATE TABLE`` and the restart reaches the sinks once, as a snapshot
   row, and every later change once, as a change;
 * a **table gone** (dropped, renamed away) leaves the offsets; its sink tables stay as they are.
+  Its changes just before the drop are still in the log ahead of the query, so the running query
+  goes on until it has committed a batch through the log position the look saw
+  (:attr:`TableWatcher.drain_to`, past the drop), and only then stops: they reach the sinks.
   A batch planned before it went and replayed after neither stages nor emits its chunks.
 
 A table that matches but cannot be captured yet is left out, with one warning naming the fix,
@@ -34,6 +37,7 @@ from typing import Any
 
 from binlog.dialect import Dialect, SupportsTableJoin
 from cdc.model.errors import CdcError, ConfigError, TableNotFound
+from cdc.model.positions import Offset
 from cdc.model.schema import TableId, TableSchema
 from cdc.spark.source import SNAPSHOT_MODES
 
@@ -56,6 +60,7 @@ class TableWatcher:
         self._next = time.monotonic() + interval_s
         self._refused: dict[TableId, str] = {}  # tables left out, with the reason already logged
         self._warned = ""  # the last look's problem, logged once
+        self.drain_to: Offset | None = None  # the log end at the last look that found a table gone
 
     @classmethod
     def of(cls, dialect: Dialect, captured: Iterable[TableId]) -> TableWatcher | None:
@@ -78,11 +83,14 @@ class TableWatcher:
         return tables if tables is not None and not self.captured <= tables else None
 
     def look(self) -> frozenset[TableId] | None:
-        """Discover now: the new set of tables when a table joins or leaves, else None."""
+        """Discover now: the new set of tables when a table joins or leaves, else None. When a
+        table is gone, :attr:`drain_to` is the log's end as the look saw it: past the drop, so a
+        query that commits through it has every change the table had."""
         try:
             with contextlib.closing(self.dialect.connect()) as conn:
                 found = self._discover(conn)
                 joining = [t for t in found if t not in self.captured and self._joins(conn, t)]
+                self.drain_to = self.dialect.current_offset(conn) if not self.captured <= set(found) else None
         except Exception as exc:  # the query meets a lasting problem itself; a look only waits
             self._warn_once(f"looking for new and dropped tables failed (tried again every "
                             f"{self.interval_s:g}s): {exc}")

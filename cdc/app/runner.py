@@ -21,10 +21,11 @@ what keeps a failed start harmless:
    (``query.stop()``): a batch cut short is replayed on restart, the checkpoint stays consistent.
 5. While a continuous run streams, :class:`~cdc.app.discovery.TableWatcher` looks for tables
    that ``source.tables`` newly matches and for captured tables that are gone, every
-   ``source.table_discovery_interval``. When it finds one, the query stops between two batches,
-   the sinks finish their background work, and steps 2-4 run again with the new tables in the
-   same Spark session: a new table is snapshotted while the others stream on from the committed
-   offset.
+   ``source.table_discovery_interval``. When it finds one (and, for a table gone, once the query
+   has committed the log past the drop, so that its last changes reach the sinks), the query stops
+   between two batches, the sinks finish their background work, and steps 2-4 run again with the
+   new tables in the same Spark session: a new table is snapshotted while the others stream on
+   from the committed offset.
 
 The state directory lives next to the checkpoint (``<checkpoint>_state``), not inside it: Spark
 refuses to start a new query in a non-empty checkpoint directory.
@@ -39,7 +40,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,9 +57,11 @@ from cdc.app.writable import check_writable, sink_paths
 from cdc.model.config import JobConfig, parse_duration_s
 from cdc.model.errors import CdcError, ConfigError
 from cdc.model.hooks import NO_HOOKS, Hooks
+from cdc.model.positions import Offset
 from cdc.model.schema import TableId, TableSchema
 from cdc.spark.commit import BatchCommitter, BatchRecord
 from cdc.spark.metrics import observed
+from cdc.spark.offsets import SourceOffset
 from cdc.spark.source import HOLD_FILE, SourceSpec, bound_source, table_schemas
 from cdc.spark.state import StateStore
 from cdc.spark.visibility import check_visible
@@ -295,7 +298,8 @@ class JobRunner:
         watcher = None if once else TableWatcher.of(self.dialect, schemas)
         try:
             with stop_on_signals(stop):
-                while (tables := _wait(stream.query, stop, tracker, stream.committer, watcher, store)) is not None:
+                while (tables := _wait(stream.query, stop, tracker, stream.committer, watcher, store,
+                                       self._committed_through)) is not None:
                     assert watcher is not None
                     _finish(stream.committer)
                     self._schemas = schemas = watcher.schemas(tables)
@@ -312,6 +316,15 @@ class JobRunner:
         finally:
             tracker.close()
         return tracker.summary(stream.committer, stream.sinks, schemas, time.monotonic() - started)
+
+    def _committed_through(self, position: Offset) -> bool:
+        """Whether the checkpoint's newest committed batch read the log through ``position``."""
+        files = CheckpointFiles(self.paths.checkpoint)
+        last = files.last("commits")
+        if last is None:
+            return False
+        end = SourceOffset.from_dict(files.offset(last), self.dialect.offset_from_dict)
+        return not end.position.is_before(position)
 
     def _stream(self, spark: Any, store: StateStore, schemas: dict[TableId, TableSchema], totals: JobTotals,
                 once: bool) -> _Stream:
@@ -358,25 +371,33 @@ class _Stream:
 
 
 def _wait(query: Any, stop: threading.Event, tracker: ProgressTracker, committer: BatchCommitter,
-          watcher: TableWatcher | None, store: StateStore) -> frozenset[TableId] | None:
+          watcher: TableWatcher | None, store: StateStore,
+          committed_through: Callable[[Offset], bool]) -> frozenset[TableId] | None:
     """Report progress until the query ends or ``stop`` is set (then stop it), or until the
     watcher finds tables that join or leave: then hold the source (:data:`~cdc.spark.source.
     HOLD_FILE` in ``store``: no new batch is planned), stop the query once the running batch has
-    ended, and return the tables to capture from now on.
+    ended, and return the tables to capture from now on. When a table is gone, the query first
+    runs on until it has committed the log through :attr:`TableWatcher.drain_to` (past the drop),
+    so the table's last changes reach the sinks before it leaves.
 
     Raises:
         JobFailed: the query failed (unless a captured table is gone: then the new tables).
     """
     from pyspark.errors import StreamingQueryException
 
-    tables, held = None, 0.0
+    tables, drain, held = None, None, 0.0
     try:
         while not query.awaitTermination(POLL_S):
             tracker.update(query.recentProgress, committer)
             if tables is None and watcher is not None and (tables := watcher.poll()) is not None:
+                drain = watcher.drain_to
+                if drain is not None:
+                    log.info("the query runs on until it has read the log through %s (past the drop), "
+                             "so the changes made just before it reach the sinks", drain)
+            if tables is not None and not held and (drain is None or committed_through(drain)):
                 store.write_json(HOLD_FILE, {"why": "the captured tables changed"})
                 held = time.monotonic()
-            if stop.is_set() or (tables is not None and _idle(query, held)):
+            if stop.is_set() or (held and _idle(query, held)):
                 query.stop()
                 break
     except StreamingQueryException as exc:
