@@ -5,11 +5,13 @@ Unit tests (no server): the sink schema's lineage, renames from MySQL DDL and fr
 Relation messages, the Delta tables' rewrite for drops and renames (and its crash safety), and
 staged files of an older version rewritten into the batch's schema. Then the real job against
 MariaDB (add, widen, drop, rename among writes; a narrowing; a crash between the Delta schema
-change and the data commit), Kafka, and Postgres.
+change and the data commit; a driver process SIGKILLed in a DROP's evolution among random writers),
+Kafka, and Postgres.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,7 @@ from change_batches import read_with_every_reader
 from deltalake import DeltaTable, write_deltalake
 from faults import InjectedFault
 from pipeline import Pipeline
-from test_schema_evolution import BASE, T, ddl, pipeline, source_rows, sql
+from test_schema_evolution import BASE, DDL_MIX, T, ddl, pipeline, source_rows, sql
 from test_schema_evolution_postgres import pipeline as pg_pipeline
 
 from binlog.postgres.relations import describe, infer_renames
@@ -420,3 +422,91 @@ def test_evolve_among_random_writers_is_exact(pipeline: Pipeline, mysql_server: 
     for kind in ("w", "w_changelog"):
         seen = read_with_every_reader(str(p.lake / database / kind), spark)
         assert {len(rows) for rows in seen.values()} == {len(seen["delta-rs"])}, kind
+
+
+# ---- a SIGKILL right after the last DDL (a driver process) ------------------------------------------
+
+MIX = [(statements, columns) for steps in DDL_MIX for _, statements, columns in steps]  # ADD, widen, RENAME, DROP
+APPLIED = [  # the mirror of w once the driver applied each DDL of MIX but the last: its columns, n a bigint
+    (["id", "v", "n", "note"], False), (["id", "v", "n", "note"], True), (["id", "title", "n", "note"], True)]
+
+
+def _delta_schema(p: Pipeline, table: str) -> pa.Schema:
+    """The schema of the lake's Delta table ``<database>/<table>`` as it stands."""
+    return pa.schema(DeltaTable(str(p.lake / p.database / table)).schema().to_arrow())
+
+
+def _mirror_shows(p: Pipeline, columns: list[str], wide: bool) -> bool:
+    """The mirror of ``w`` has ``columns`` in this order, with ``n`` a bigint iff ``wide``."""
+    schema = _delta_schema(p, "w")
+    return schema.names == columns and (schema.field("n").type == pa.int64()) == wide
+
+
+@pytest.mark.slow  # a snapshot run, one driver process killed, a catch-up run
+def test_evolve_among_random_writers_just_before_a_sigkill_is_exact(pipeline: Pipeline, mysql_server: Sandbox,
+                                                                     database: str) -> None:
+    """DDL_MIX's ADD, widen, RENAME and DROP COLUMN among a random writer on ``w`` under ``evolve``,
+    streamed by a driver process that is SIGKILLed in the DROP's evolution: the changelog already
+    rewritten without ``note``, the mirror not yet (held by a pause at ``sink_evolve``). The
+    catch-up run brings the mirror to the schema the changelog recorded and replays the batch. Then
+    the mirror is the source with exactly its columns (the renamed column with its values); the
+    changelog holds each change once, in the current columns, each row with the schema version in
+    force at its position; replayed up to each DDL it is the source then."""
+    from ddl_writers import DdlRandomWriter, replay_changelog, wait_for_statements
+    from driver_process import Driver
+    from pipeline import assert_changelog_exact, writing
+
+    from binlog.mysql.positions import ChangePosition
+    from cdc.spark.state import StateStore
+
+    p = pipeline
+    p.source = {"schema_change": {"behavior": "evolve"}}
+    sql(mysql_server, database, "CREATE TABLE w (id INT PRIMARY KEY, v VARCHAR(40), n INT)",
+        "INSERT INTO w VALUES " + ",".join(f"({i}, 'v{i}', {i})" for i in range(0, 300, 2)))
+    p.run()  # the snapshot, before any write: every change after it must flow
+    writer = DdlRandomWriter(mysql_server, database, "w", seed=29, key_space=250)  # rows 256-298 stay as read
+    *steps, (last, last_columns) = MIX
+    cuts = []
+    with writing(writer):
+        driver = Driver(p.raw_config(), p.workdir)
+        try:
+            driver.wait_for_batches(1)
+            for (statements, columns), (names, wide) in zip(steps, APPLIED, strict=True):
+                cuts.append(writer.alter(*statements, **columns))
+                driver.wait_until(functools.partial(_mirror_shows, p, names, wide), f"the mirror after {statements[0]!r}")
+            driver.pause_at("sink_evolve")
+            cuts.append(writer.alter(*last, **last_columns))
+            driver.wait_until(lambda: driver.paused("sink_evolve"), f"the sinks' evolution for {last[0]!r}")
+        finally:
+            driver.kill()
+        wait_for_statements(writer, 20)  # changes under the last DDL, for the catch-up run
+    assert writer.error is None, writer.error
+    at_kill = _delta_schema(p, "w").names, _delta_schema(p, "w_changelog").field("after").type.names
+    assert at_kill == (["id", "title", "n", "note"], ["id", "title", "n"]), "killed between the two tables' evolution"
+    p.run()  # restart from the checkpoint and catch up
+
+    table_id = TableId(database, "w")
+    schema = p.schemas()[table_id]
+    assert schema.column_names == ["id", "title", "n"]
+    mirror = p.mirror("w")
+    assert mirror.schema.names == ["id", "title", "n"] and mirror.schema.field("n").type == pa.int64()
+    rows = {r["id"]: r for r in mirror.to_pylist()}
+    assert rows == {r["id"]: r for r in p.source_rows("w")}
+    assert [rows[i]["title"] for i in range(256, 300, 2)] == [f"v{i}" for i in range(256, 300, 2)], \
+        "the rename moved the values the snapshot read"
+    assert_changelog_exact(p, "w", schema)
+    log = p.changelog("w").to_pylist()
+    assert p.changelog("w").schema.field("after").type.names == ["id", "title", "n"]
+    history = SchemaHistory(StateStore(str(p.state_dir)))
+    for r in log:  # every row carries its version: the snapshot's 0, a change's the one in force at its position
+        if r["op"] == "r":
+            assert r["schema_version"] == 0, r
+            continue
+        s = r["source"]
+        version = history.at(table_id, ChangePosition(s["file"], s["pos"], s["row"]).sort_key()[:2])
+        assert version is not None and r["schema_version"] == version.version, (r, version)
+    assert {r["schema_version"] for r in log} == {0, 1, 3, 4, 5}, "version 2 (n BIGINT) has none: v widened right after"
+    assert replay_changelog(log, "id") == rows, "the changelog replayed is not the mirror"
+    for cut in cuts:  # the table before each DDL, in the current columns (v renamed to title, note dropped)
+        then = {r["id"]: {"id": r["id"], "title": r["title"] if "title" in r else r["v"], "n": r["n"]} for r in cut.rows}
+        assert replay_changelog(log, "id", upto=cut.offset) == then, f"the changelog replayed up to {cut.ddl[0]!r}"
