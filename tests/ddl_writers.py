@@ -25,7 +25,7 @@ from binlog.mysql.positions import BinlogOffset, ChangePosition
 from binlog.mysql.reader import current_offset
 from binlog.postgres.positions import LsnOffset
 from cdc.app.sandbox.mysql import Sandbox
-from cdc.model.history import SchemaHistory, tagged_schema
+from cdc.model.history import SchemaHistory, SchemaVersion, tagged_schema
 from cdc.model.schema import TableId, TableSchema
 from cdc.spark.state import StateStore
 
@@ -117,6 +117,24 @@ def replay(ordered: list[dict[str, Any]], key: str) -> dict[Any, dict[str, Any]]
     return table
 
 
+def change_versions(p: Pipeline, table_id: TableId,
+                    log: list[dict[str, Any]]) -> list[tuple[dict[str, Any], SchemaVersion]]:
+    """Each change row of a MySQL changelog with the schema version in force at its binlog
+    position, having checked that every row carries its version: a snapshot row 0, a change
+    that one."""
+    history = SchemaHistory(StateStore(str(p.state_dir)))
+    out = []
+    for r in log:
+        if r["op"] == "r":
+            assert r["schema_version"] == 0, r
+            continue
+        s = r["source"]
+        version = history.at(table_id, ChangePosition(s["file"], s["pos"], s["row"]).sort_key()[:2])
+        assert version is not None and r["schema_version"] == version.version, (r, version)
+        out.append((r, version))
+    return out
+
+
 def assert_changelog_replays(p: Pipeline, table: str, schema: TableSchema, initial: list[dict[str, Any]],
                              cuts: list[Cut]) -> None:
     """Replaying the changelog in log order gives the mirror, and, stopped just before each DDL,
@@ -126,15 +144,7 @@ def assert_changelog_replays(p: Pipeline, table: str, schema: TableSchema, initi
     log = p.changelog(table).to_pylist()
     mirror = {r[key]: r for r in p.mirror(table).to_pylist()}
     assert replay_changelog(log, key) == mirror, f"{table}: the changelog replayed is not the mirror"
-    history = SchemaHistory(StateStore(str(p.state_dir)))
-    table_id = TableId(p.database, table)
-    for r in log:
-        if r["op"] == "r":
-            assert r["schema_version"] == 0, r
-            continue
-        s = r["source"]
-        version = history.at(table_id, ChangePosition(s["file"], s["pos"], s["row"]).sort_key()[:2])
-        assert version is not None and r["schema_version"] == version.version, (r, version)
+    for r, version in change_versions(p, TableId(p.database, table), log):
         written = {c for image in (r["before"], r["after"]) if image for c, v in image.items() if v is not None}
         assert written <= set(version.schema.column_names), (r, version.schema.column_names)
     columns = list(next(iter(mirror.values())))

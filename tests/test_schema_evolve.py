@@ -452,12 +452,9 @@ def test_evolve_among_random_writers_just_before_a_sigkill_is_exact(pipeline: Pi
     the mirror is the source with exactly its columns (the renamed column with its values); the
     changelog holds each change once, in the current columns, each row with the schema version in
     force at its position; replayed up to each DDL it is the source then."""
-    from ddl_writers import DdlRandomWriter, replay_changelog, wait_for_statements
+    from ddl_writers import DdlRandomWriter, change_versions, replay_changelog, wait_for_statements
     from driver_process import Driver
     from pipeline import assert_changelog_exact, writing
-
-    from binlog.mysql.positions import ChangePosition
-    from cdc.spark.state import StateStore
 
     p = pipeline
     p.source = {"schema_change": {"behavior": "evolve"}}
@@ -497,14 +494,7 @@ def test_evolve_among_random_writers_just_before_a_sigkill_is_exact(pipeline: Pi
     assert_changelog_exact(p, "w", schema)
     log = p.changelog("w").to_pylist()
     assert p.changelog("w").schema.field("after").type.names == ["id", "title", "n"]
-    history = SchemaHistory(StateStore(str(p.state_dir)))
-    for r in log:  # every row carries its version: the snapshot's 0, a change's the one in force at its position
-        if r["op"] == "r":
-            assert r["schema_version"] == 0, r
-            continue
-        s = r["source"]
-        version = history.at(table_id, ChangePosition(s["file"], s["pos"], s["row"]).sort_key()[:2])
-        assert version is not None and r["schema_version"] == version.version, (r, version)
+    change_versions(p, table_id, log)  # every row carries its version: the snapshot's 0, a change's the one then
     assert {r["schema_version"] for r in log} == {0, 1, 3, 4, 5}, "version 2 (n BIGINT) has none: v widened right after"
     assert replay_changelog(log, "id") == rows, "the changelog replayed is not the mirror"
     for cut in cuts:  # the table before each DDL, in the current columns (v renamed to title, note dropped)
