@@ -77,9 +77,7 @@ class Job:
 
     def committed(self) -> SourceOffset | None:
         """The offset of the newest batch Spark committed."""
-        files = CheckpointFiles(self.config.checkpoint)
-        last = files.last("commits")
-        return None if last is None else SourceOffset.from_dict(files.offset(last), self.dialect.offset_from_dict)
+        return CheckpointFiles(self.config.checkpoint).committed_offset(self.dialect.offset_from_dict)
 
     def streams(self, tables: list[str], through: Offset) -> bool:
         """Every one of ``tables`` streams (its snapshot is done) and the job committed the log

@@ -9,10 +9,14 @@ status``; reads only, for local paths and any URI pyarrow understands.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow.fs as pafs
+
+from cdc.model.positions import Offset
+from cdc.spark.offsets import SourceOffset
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,12 @@ class CheckpointFiles:
         with fs.open_input_stream(f"{base}/offsets/{batch_id}") as f:
             lines = f.read().decode().splitlines()
         return dict(json.loads(lines[2]))
+
+    def committed_offset(self, position: Callable[[dict[str, Any]], Offset]) -> SourceOffset | None:
+        """The source offset of the newest batch Spark committed (``position`` parses the
+        dialect's position); None before the first commit."""
+        last = self.last("commits")
+        return None if last is None else SourceOffset.from_dict(self.offset(last), position)
 
     def committed_ms(self, batch_id: int) -> int | None:
         """When Spark wrote ``commits/N`` (the file's time), in epoch milliseconds."""

@@ -61,7 +61,6 @@ from cdc.model.positions import Offset
 from cdc.model.schema import TableId, TableSchema
 from cdc.spark.commit import BatchCommitter, BatchRecord
 from cdc.spark.metrics import observed
-from cdc.spark.offsets import SourceOffset
 from cdc.spark.source import HOLD_FILE, SourceSpec, bound_source, table_schemas
 from cdc.spark.state import StateStore
 from cdc.spark.visibility import check_visible
@@ -319,12 +318,8 @@ class JobRunner:
 
     def _committed_through(self, position: Offset) -> bool:
         """Whether the checkpoint's newest committed batch read the log through ``position``."""
-        files = CheckpointFiles(self.paths.checkpoint)
-        last = files.last("commits")
-        if last is None:
-            return False
-        end = SourceOffset.from_dict(files.offset(last), self.dialect.offset_from_dict)
-        return not end.position.is_before(position)
+        end = CheckpointFiles(self.paths.checkpoint).committed_offset(self.dialect.offset_from_dict)
+        return end is not None and not end.position.is_before(position)
 
     def _stream(self, spark: Any, store: StateStore, schemas: dict[TableId, TableSchema], totals: JobTotals,
                 once: bool) -> _Stream:
