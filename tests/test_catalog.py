@@ -51,12 +51,15 @@ def _password(monkeypatch: pytest.MonkeyPatch, mysql_server: Sandbox) -> None:
     monkeypatch.setenv(PASSWORD_ENV, mysql_server.cdc.password)
 
 
-def test_tables_by_name_outlive_the_job_and_cdc_sql_prints_them(tmp_path: Path, mysql_server: Sandbox,
-                                                              database: str, admin: Any) -> None:
+def test_tables_by_name_outlive_the_job_cdc_sql_prints_them_and_a_taken_name_is_refused(
+    tmp_path: Path, mysql_server: Sandbox, database: str, admin: Any
+) -> None:
+    """One test, as each CLI call starts a Spark driver with the catalog (about 30 s of CPU here)."""
     with admin.cursor() as cur:
         cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))")
         cur.execute("INSERT INTO t VALUES " + ",".join(f"({i}, 'v{i}')" for i in range(20)))
-    config = str(job_file(tmp_path / "job.yaml", mysql_server, database, tmp_path / "lake"))
+    first = job_file(tmp_path / "job.yaml", mysql_server, database, tmp_path / "lake")
+    config = str(first)
     assert (run := cdc("run", "--config", config, "--once")).returncode == 0, run.stderr[-3000:]
     with admin.cursor() as cur:
         cur.execute("UPDATE t SET v = 'changed' WHERE id = 3")
@@ -64,6 +67,19 @@ def test_tables_by_name_outlive_the_job_and_cdc_sql_prints_them(tmp_path: Path, 
     assert (run := cdc("run", "--config", config, "--once")).returncode == 0, run.stderr[-3000:]
     assert f"registered 2 tables by name: {database}.t, {database}.t_changelog" in run.stderr
 
+    # the same job's checkpoint (so its catalog) with another lake: the names are taken
+    moved = job_file(tmp_path / "moved.yaml", mysql_server, database, tmp_path / "other-lake")
+    refused = cdc("run", "--config", str(moved), "--once")
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert f"error: the catalog name {database}.t already belongs to the table at" in refused.stderr
+    assert "sink.catalog_prefix" in refused.stderr
+    assert not (tmp_path / "other-lake").exists(), "nothing may be written"
+    prefixed = job_file(tmp_path / "prefixed.yaml", mysql_server, database, tmp_path / "other-lake",
+                        catalog_prefix="copy_")  # the fix the message names
+    assert (run := cdc("run", "--config", str(prefixed), "--once")).returncode == 0, run.stderr[-3000:]
+    assert f"registered 2 tables by name: copy_{database}.t, copy_{database}.t_changelog" in run.stderr
+
+    # the first names still read the first lake
     table = cdc("sql", "--config", config, f"SELECT count(*) AS n FROM {database}.t")
     assert table.returncode == 0, table.stderr[-3000:]
     assert table.stdout.splitlines()[1:4] == ["| n  |", "+----+", "| 15 |"], table.stdout
@@ -82,28 +98,6 @@ def test_tables_by_name_outlive_the_job_and_cdc_sql_prints_them(tmp_path: Path, 
     last = bad.stderr.strip().splitlines()[-1]
     assert bad.returncode == 2 and last.startswith("error: the query failed: [UNRESOLVED_COLUMN"), bad.stderr
     assert "nope" in last and "Traceback" not in bad.stderr and '"level": "ERROR"' not in bad.stderr
-
-
-def test_a_catalog_name_taken_by_another_location_is_refused_before_anything_is_written(
-    tmp_path: Path, mysql_server: Sandbox, database: str, admin: Any
-) -> None:
-    with admin.cursor() as cur:
-        cur.execute("CREATE TABLE t (id INT PRIMARY KEY)")
-        cur.execute("INSERT INTO t VALUES (1), (2)")
-    first = job_file(tmp_path / "job.yaml", mysql_server, database, tmp_path / "lake")
-    assert (run := cdc("run", "--config", str(first), "--once")).returncode == 0, run.stderr[-3000:]
-    moved = job_file(tmp_path / "moved.yaml", mysql_server, database, tmp_path / "other-lake")
-    refused = cdc("run", "--config", str(moved), "--once")
-    assert refused.returncode == 2, refused.stderr[-3000:]
-    assert f"error: the catalog name {database}.t already belongs to the table at" in refused.stderr
-    assert "sink.catalog_prefix" in refused.stderr
-    assert not (tmp_path / "other-lake").exists(), "nothing may be written"
-    prefixed = job_file(tmp_path / "prefixed.yaml", mysql_server, database, tmp_path / "other-lake",
-                        catalog_prefix="copy_")  # the fix the message names
-    assert (run := cdc("run", "--config", str(prefixed), "--once")).returncode == 0, run.stderr[-3000:]
-    assert f"registered 2 tables by name: copy_{database}.t, copy_{database}.t_changelog" in run.stderr
-    kept = cdc("sql", "--config", str(first), "--format", "json", f"SELECT count(*) AS n FROM {database}.t")
-    assert json.loads(kept.stdout) == {"n": 2}, "the first name still reads the first lake"
 
 
 def test_missing_jars_stop_the_job_with_one_line_that_names_make_setup(
