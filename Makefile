@@ -34,7 +34,7 @@ $(JVM_ARCHIVE): $(STAMP) scripts/jvm_archive.py
 
 test: setup lint typecheck $(JVM_ARCHIVE)
 	SPARK_SUBMIT_OPTS="$(TEST_JVM_OPTS) -XX:SharedArchiveFile=$(abspath $(JVM_ARCHIVE)) -Xlog:cds=off,cds+dynamic=off" \
-	  $(PY) -m pytest -q --durations=25 \
+	  $(PY) -m pytest -v --durations=40 \
 	  $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist worksteal)
 
 lint: setup
