@@ -35,7 +35,13 @@ from cdc.model.schema import Column, TableId, TableSchema, schema_to_dict
 from sinks.base import TableBatch
 from sinks.changes import changelog_schema, mirror_schema
 from sinks.delta.config import DeltaSinkConfig
-from sinks.delta.evolve import APP_SCHEMA, ensure_table, recorded_schema, schema_token
+from sinks.delta.evolve import (
+    APP_SCHEMA,
+    current_schema,
+    ensure_table,
+    recorded_schema,
+    schema_token,
+)
 from sinks.delta.files import DeltaFileWriter
 from sinks.delta.restage import restage
 from sinks.delta.tables import read_table
@@ -210,6 +216,30 @@ def test_a_renamed_key_column_stays_the_key(tmp_path: Path) -> None:
     assert json.loads(table.metadata().configuration["spark_cdc.primaryKey"]) == ["key_id"]
 
 
+class _DiesAfterRewrites:
+    """Hooks of a driver that dies right after a rewrite's commit, before its schema is recorded."""
+
+    def reached(self, point: str) -> None:
+        if point == "sink_rewritten":
+            raise InjectedFault(point)
+
+
+def test_a_renamed_key_column_stays_the_key_across_a_crash_after_the_rewrite(tmp_path: Path) -> None:
+    config, _ = _lake(tmp_path)
+    history = evolve_history(steps=["ALTER TABLE t RENAME COLUMN id TO key_id"])
+    v0, v1 = history.sink_schema(T, 0), history.sink_schema(T, 1)
+    uri = config.uri(T, "changelog")
+    ensure_table(uri, {}, v0, "changelog", changelog_schema(v0))
+    with pytest.raises(InjectedFault):
+        ensure_table(uri, {}, v1, "changelog", changelog_schema(v1), _DiesAfterRewrites())
+    table = DeltaTable(uri)
+    assert (recorded_schema(table), current_schema(table)) == (v0, v1), "rewritten, not recorded"
+    table = ensure_table(uri, {}, v1, "changelog", changelog_schema(v1))  # the restart
+    assert json.loads(table.metadata().configuration["spark_cdc.primaryKey"]) == ["key_id"]
+    assert recorded_schema(table) == current_schema(table) == v1
+    assert _schema_rewrites(Path(uri)) == [schema_token(v1)]
+
+
 def test_older_staged_files_of_a_batch_are_rewritten_into_its_schema(tmp_path: Path) -> None:
     config, history = _lake(tmp_path)
     writer = DeltaFileWriter(config)
@@ -327,6 +357,49 @@ def test_a_crash_between_the_schema_change_and_the_data_commit_is_exact(
     _assert_exact(p, mysql_server, database, ["id", "title", "qty", "name"])
     assert {r["id"]: r for r in p.mirror("t").to_pylist()}[5] == {"id": 5, "title": "n5", "qty": 5, "name": None}
     assert len([r for r in _changes(p) if r["op"] != "r"]) == 3
+
+
+def _schema_rewrites(path: Path) -> list[int]:
+    """The app-transaction versions of the schema rewrites in the Delta log at ``path``, one per commit."""
+    return [a["txn"]["version"] for commit in sorted((path / "_delta_log").glob("*.json"))
+            for a in map(json.loads, commit.read_text().splitlines())
+            if "txn" in a and a["txn"]["appId"] == APP_SCHEMA]
+
+
+@pytest.mark.parametrize(("table", "after"), [("t_changelog", 0), ("t", 1)], ids=["changelog", "mirror"])
+def test_a_crash_right_after_a_rewrite_commit_rewrites_nothing_again(table: str, after: int, pipeline: Pipeline,
+                                                                     mysql_server: Sandbox, database: str) -> None:
+    """RENAME name TO title with ADD name (the old name re-used), then DROP old: the job fails at
+    ``sink_rewritten`` of the changelog (rewritten first) or of the mirror, after the rewrite's
+    commit and before its schema is recorded. The restart takes the changelog's schema as the
+    rewritten one (not back to the recorded one), finds each rewrite's app transaction, rewrites
+    nothing again (``title`` keeps its values, not the new null ``name``'s) and records the schema."""
+    p = pipeline
+    p.source = {"schema_change": {"behavior": "evolve"}}
+    p.run()
+    sql(mysql_server, database, "UPDATE t SET qty = 100 WHERE id = 3",
+        "ALTER TABLE t RENAME COLUMN name TO title, ADD COLUMN name INT",
+        "INSERT INTO t (id, title, qty, old, name) VALUES (60, 'r', 1, 'o', 9)", "ALTER TABLE t DROP COLUMN old",
+        "UPDATE t SET title = 'u' WHERE id = 4")
+    p.arm("sink_rewritten", after=after)
+    with pytest.raises((JobFailed, InjectedFault), match="injected fault at sink_rewritten"):
+        p.run()
+    path = p.lake / database / table
+    [token] = _schema_rewrites(path)
+    before = recorded_schema(DeltaTable(str(path)))
+    assert before is not None and before.column_names == ["id", "name", "qty", "old"], "failed before the record"
+    p.run()
+    _assert_exact(p, mysql_server, database, ["id", "title", "qty", "name"])
+    assert {r["id"]: r for r in p.mirror("t").to_pylist()}[5] == {"id": 5, "title": "n5", "qty": 5, "name": None}
+    images = [r["before"] for r in p.changelog("t").to_pylist() if r["op"] == "u"]
+    assert images and all(i["title"] == f"n{i['id']}" for i in images), "old images keep the renamed values"
+    assert len(_changes(p)) == 3
+    for name in ("t", "t_changelog"):
+        rewritten = p.lake / database / name
+        recorded = recorded_schema(DeltaTable(str(rewritten)))
+        assert recorded is not None and recorded.column_names == ["id", "title", "qty", "name"]
+        assert _schema_rewrites(rewritten) == [token] == [schema_token(recorded)], \
+            f"{name}: one rewrite commit, its schema recorded"
 
 
 def test_kafka_messages_under_evolve_have_each_versions_exact_schema(

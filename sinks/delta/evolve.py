@@ -19,7 +19,10 @@ overwrite commit (mirror: the columns; changelog: the fields of ``before``/``aft
 images follow too): a dropped column's values leave, a renamed column's values move to the new
 name, and a warning says so. The rewrite's commit carries an app transaction naming the schema
 it made (:func:`schema_token`), which a replay after a crash finds, so a rewrite is never done
-twice (a rename followed by the re-use of the old name must not move data again). The tables
+twice (a rename followed by the re-use of the old name must not move data again); and the
+table names the schema it is making (``spark_cdc.schemaPending``) before the rewrite, so a restart
+after the rewrite's commit and before its record reads the table's schema as the new one
+(:func:`current_schema`) rather than bringing it back to the recorded one. The tables
 keep plain Parquet column names (no Delta column mapping): the executors write the Parquet files
 that a batch commits, and every reader reads the tables.
 
@@ -42,10 +45,12 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.schema import Schema as DeltaSchema
 
 from cdc.model.history import wider_type
+from cdc.model.hooks import NO_HOOKS, Hooks
 from cdc.model.schema import TableSchema, schema_from_dict, schema_to_dict
 from sinks.changes import conform
 from sinks.delta.tables import (
     PROP_KEY,
+    PROP_PENDING,
     PROP_SCHEMA,
     TableKind,
     check_table,
@@ -64,10 +69,10 @@ IMAGES = ("before", "after")  # the changelog's struct columns that hold the tab
 
 
 def ensure_table(uri: str, storage_options: dict[str, str], schema: TableSchema, kind: TableKind,
-                 storage: pa.Schema) -> DeltaTable:
+                 storage: pa.Schema, hooks: Hooks = NO_HOOKS) -> DeltaTable:
     """Open the table at ``uri`` (creating it when absent), evolve it to ``storage`` when that only
     adds columns or widens types (under ``evolve``: also drops, renames, places columns), and check
-    that it fits.
+    that it fits. ``hooks`` pass ``sink_rewritten`` after a drop's or rename's rewrite committed.
 
     Raises:
         SinkSchemaMismatch: the existing table has columns or types ``storage`` does not grow from,
@@ -77,7 +82,7 @@ def ensure_table(uri: str, storage_options: dict[str, str], schema: TableSchema,
     if table is None:
         table = create_table(uri, storage_options, schema, kind, storage)
     else:
-        evolve_table(table, uri, storage_options, schema, storage)
+        evolve_table(table, uri, storage_options, schema, storage, hooks)
     check_table(table, uri, schema, storage)
     return table
 
@@ -88,13 +93,25 @@ def recorded_schema(table: DeltaTable) -> TableSchema | None:
     return schema_from_dict(json.loads(text)) if text else None
 
 
+def current_schema(table: DeltaTable) -> TableSchema | None:
+    """The sink schema a table has: the one it recorded, or the one its last rewrite made when the
+    driver died after that rewrite's commit and before its record (the rewrite names the schema
+    it is making in the table's properties first, and its commit carries that schema's token)."""
+    pending = table.metadata().configuration.get(PROP_PENDING)
+    if pending:
+        made = schema_from_dict(json.loads(pending))
+        if table.transaction_version(APP_SCHEMA) == schema_token(made):
+            return made
+    return recorded_schema(table)
+
+
 def delta_arrow(schema: pa.Schema) -> pa.Schema:
     """``schema`` as Delta stores it, read back as Arrow (for comparisons)."""
     return pa.schema(DeltaSchema.from_arrow(schema).to_arrow())
 
 
 def evolve_table(table: DeltaTable, uri: str, storage_options: dict[str, str], schema: TableSchema,
-                 storage: pa.Schema) -> bool:
+                 storage: pa.Schema, hooks: Hooks = NO_HOOKS) -> bool:
     """Bring ``table`` to ``storage`` when that only adds columns and widens types; for a sink
     schema of ``evolve`` (its columns carry their identity), also when it drops, renames or
     reorders columns.
@@ -106,7 +123,7 @@ def evolve_table(table: DeltaTable, uri: str, storage_options: dict[str, str], s
     actual = pa.schema(table.schema().to_arrow())
     expected = delta_arrow(storage)
     if has_lineage(schema):
-        return _evolve_exactly(table, uri, storage_options, schema, storage, actual)
+        return _evolve_exactly(table, uri, storage_options, schema, storage, actual, hooks)
     if actual.equals(expected, check_metadata=False):
         return False
     return _grow(table, uri, storage_options, schema, storage, actual)
@@ -133,7 +150,7 @@ def _record(table: DeltaTable, schema: TableSchema, storage: pa.Schema, key: boo
     """Record ``schema`` (and its statistics columns; with ``key``, its primary key: a key column
     was renamed) in the table's properties."""
     table.update_incremental()
-    properties = {PROP_SCHEMA: json.dumps(schema_to_dict(schema))}
+    properties = {PROP_SCHEMA: json.dumps(schema_to_dict(schema)), PROP_PENDING: ""}
     if key:
         properties[PROP_KEY] = json.dumps(list(schema.primary_key))
     stats = stats_columns(storage)
@@ -190,7 +207,7 @@ def data_names(actual: pa.Schema) -> list[str]:
 
 
 def _evolve_exactly(table: DeltaTable, uri: str, storage_options: dict[str, str], schema: TableSchema,
-                    storage: pa.Schema, actual: pa.Schema) -> bool:
+                    storage: pa.Schema, actual: pa.Schema, hooks: Hooks) -> bool:
     """Bring ``table`` to ``schema`` under ``evolve``: add and widen in place, rewrite for drops and
     renames (once: the rewrite's app transaction names the schema it made)."""
     recorded = recorded_schema(table)
@@ -198,19 +215,21 @@ def _evolve_exactly(table: DeltaTable, uri: str, storage_options: dict[str, str]
     if have == schema and actual.equals(delta_arrow(storage), check_metadata=False):
         return False  # the common case: every batch's commit passes here
     names = data_names(actual)
-    if table.transaction_version(APP_SCHEMA) == schema_token(schema):
-        sources: dict[str, str | None] = {c.name: c.name for c in schema.columns}  # the rewrite to it committed already
-    else:
-        sources = column_sources(have, names, schema)
+    rewritten = table.transaction_version(APP_SCHEMA) == schema_token(schema)  # the rewrite to it committed
+    sources: dict[str, str | None] = {c.name: c.name for c in schema.columns} if rewritten \
+        else column_sources(have, names, schema)
     moved = {n: s for n, s in sources.items() if s is not None and s != n}
     dropped = set(names) - {s for s in sources.values() if s is not None}
     # an added column that is not last (ADD ... FIRST / AFTER): Delta adds columns at the end
     reordered = [sources[n] or n for n in sources] != names + [n for n, s in sources.items() if s is None]
     recorded_key = table.metadata().configuration.get(PROP_KEY)
+    # where the key's values were before: after a committed rewrite, by identity from the record
+    key_sources = column_sources(have, have.column_names, schema) if rewritten and have is not None else sources
     key_renamed = recorded_key is not None and list(schema.primary_key) != json.loads(recorded_key) and \
-        [sources.get(k) for k in schema.primary_key] == json.loads(recorded_key)
+        [key_sources.get(k) for k in schema.primary_key] == json.loads(recorded_key)
     if moved or dropped or reordered:
         _restructure(table, uri, storage_options, schema, storage, sources, moved, dropped)
+        hooks.reached("sink_rewritten")  # crash tests: the rewrite committed, its schema not recorded yet
     elif not actual.equals(delta_arrow(storage), check_metadata=False):
         return _grow(table, uri, storage_options, schema, storage, actual)
     elif have == schema:
@@ -274,9 +293,13 @@ def _restructure(table: DeltaTable, uri: str, storage_options: dict[str, str], s
                           [f"dropped {d}" for d in sorted(dropped)]) or "the new column order")
     out = remap(rows, storage, sources)
     append_only = table.metadata().configuration.get(_APPEND_ONLY) == "true"
+    # name the schema first: a restart after the rewrite's commit and before its record reads it
+    # back (current_schema), rather than the recorded one the table no longer has
+    properties = {PROP_PENDING: json.dumps(schema_to_dict(schema))}
     if append_only:
-        table.alter.set_table_properties({_APPEND_ONLY: "false"})
-        table.update_incremental()
+        properties[_APPEND_ONLY] = "false"
+    table.alter.set_table_properties(properties, raise_if_not_exists=False)
+    table.update_incremental()
     write_deltalake(table, out, mode="overwrite", schema_mode="overwrite",
                     commit_properties=CommitProperties(app_transactions=[Transaction(APP_SCHEMA,
                                                                                      schema_token(schema))]))

@@ -42,7 +42,7 @@ from sinks.changes import changelog_schema, mirror_schema
 from sinks.delta.catalog import check_names, register_tables
 from sinks.delta.config import DeltaSinkConfig
 from sinks.delta.engines import DeltaTables
-from sinks.delta.evolve import ensure_table, has_lineage, recorded_schema
+from sinks.delta.evolve import current_schema, ensure_table, has_lineage
 from sinks.delta.files import (
     DeltaFileWriter,
     StagedFile,
@@ -95,15 +95,15 @@ class DeltaSink(Sink):
         """The sink schema the changelog recorded at its last evolution, else ``schema``: after a
         lenient DROP COLUMN the source's catalog lacks a column the sink tables keep."""
         table = open_table(self.delta.uri(schema.table_id, "changelog"), self.delta.storage_options)
-        recorded = recorded_schema(table) if table is not None else None
+        recorded = current_schema(table) if table is not None else None
         return recorded if recorded is not None and recorded.table_id == schema.table_id else schema
 
     def _ensure(self, schema: TableSchema) -> None:
         """Create, or evolve to ``schema``, the table's mirror and changelog."""
         ensure_table(self.delta.uri(schema.table_id, "mirror"), self.delta.storage_options, schema,
-                     "mirror", mirror_schema(schema))
+                     "mirror", mirror_schema(schema), self.hooks)
         ensure_table(self.delta.uri(schema.table_id, "changelog"), self.delta.storage_options, schema,
-                     "changelog", changelog_schema(schema))
+                     "changelog", changelog_schema(schema), self.hooks)
 
     def _evolve(self, batch: TableBatch) -> TableSchema:
         """The table's sink schema for this batch: the newest that its staged files carry.
@@ -126,10 +126,10 @@ class DeltaSink(Sink):
         # the changelog first: a restart reads the sink schema back from it (open), and evolves the
         # mirror forward to it when a crash came in between
         ensure_table(self.delta.uri(table_id, "changelog"), self.delta.storage_options, wanted, "changelog",
-                     changelog_schema(wanted))
+                     changelog_schema(wanted), self.hooks)
         self.hooks.reached("sink_evolve")  # crash tests: the changelog evolved, the mirror not yet
         ensure_table(self.delta.uri(table_id, "mirror"), self.delta.storage_options, wanted, "mirror",
-                     mirror_schema(wanted))
+                     mirror_schema(wanted), self.hooks)
         self.current[table_id] = wanted
         return wanted
 

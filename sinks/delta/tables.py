@@ -43,6 +43,7 @@ PROP_SOURCE = "spark_cdc.sourceTable"
 PROP_KIND = "spark_cdc.kind"
 PROP_KEY = "spark_cdc.primaryKey"
 PROP_SCHEMA = "spark_cdc.schema"  # the sink schema the table has (JSON; updated when it evolves)
+PROP_PENDING = "spark_cdc.schemaPending"  # the sink schema a drop/rename rewrite is making (JSON)
 
 # Decimal statistics travel through float64 in delta-rs (and decimal(20,0) maxima are clamped to
 # the int64 range): readers that prune on them lose rows. 15 digits survive a float64 round trip.
