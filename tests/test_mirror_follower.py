@@ -89,6 +89,26 @@ def test_a_mirror_behind_its_changelog_catches_up_on_recover(sink: DeltaTables) 
     assert follower.recover() == 0  # nothing left: a second start finds the mirror current
 
 
+def test_a_merge_reads_only_the_mirror_files_that_may_hold_its_keys(sink: DeltaTables) -> None:
+    """The MERGE hands delta-rs the changed keys' statistics (not a streamed source), and it
+    skips the files outside their range (issue #18: with a streamed source, every MERGE of a
+    2M-update catch-up read the whole mirror, and the driver's peak was 95-225 MiB higher)."""
+    model: dict[Any, Any] = {}
+    for i in range(4):  # four files, over disjoint key ranges
+        events = [event("r", None, row(S, (k,), c_int=k), 1) for k in range(100 * i, 100 * i + 100)]
+        write_batch(sink, S, batch(S, events), i, snapshot_append=True)
+        apply(model, S, events)
+    follower = MirrorFollower(sink, {S.table_id: S})
+    events = [event("u", model[(5,)], row(S, (5,), c_int=-5), 2), event("d", model[(7,)], None, 3)]
+    follower.submit(4, {S.table_id: batch(S, events)})
+    follower.close()
+    apply(model, S, events)
+    assert mirror_rows(sink, S) == model_rows(model)
+    merge = deltalake.DeltaTable(sink.config.uri(S.table_id, "mirror")).history(1)[0]
+    assert merge["operation"] == "MERGE"
+    assert merge["operationMetrics"]["num_target_files_scanned"] == 1
+
+
 def test_recover_refuses_when_the_changelog_lost_the_commits(sink: DeltaTables) -> None:
     for batch_id, events in enumerate(random_batches(4, seed=3)):
         if batch_id == 0:
