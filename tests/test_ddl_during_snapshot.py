@@ -128,13 +128,15 @@ class DdlHooks:
                 for s in statements:
                     pg.execute(s)
                 cut = {"point": point, "ddl": statements}
-        Path(cuts, name).write_text(json.dumps(cut, default=str))
+        part = Path(cuts, f"{name}.part")  # whole or absent: the test polls the folder meanwhile
+        part.write_text(json.dumps(cut, default=str))
+        os.replace(part, Path(cuts, name))
 
     def cuts(self) -> list[Cut]:
         """The cuts taken so far, in the order the DDL ran."""
         folder = Path(self.directory, "cuts")
         out = []
-        for f in sorted(folder.iterdir()) if folder.exists() else []:
+        for f in sorted(folder.glob("*.json")) if folder.exists() else []:
             d = json.loads(f.read_text())
             out.append(Cut(tuple(d["ddl"]), d["point"], d.get("file"), d.get("pos"), d.get("rows")))
         return out
