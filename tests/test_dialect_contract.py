@@ -145,7 +145,10 @@ def test_a_chunk_read_plus_the_log_to_hw_is_the_chunk_at_hw(case: Case) -> None:
         fill = Backfill(split, lw, schema, case.dialect.key_order(column, conn))
         with case.reader("t") as reader:
             fill.offer(reader.changes(lw, hw), hw)
-    expected = case.select(f"SELECT id, v, n FROM t WHERE id >= {split.start} AND id < {split.end}")
+    # the splitter sizes chunks from the table's row estimate, which may lag on a busy server: the
+    # second chunk can be the last, unbounded one
+    below = f" AND id < {split.end}" if split.end is not None else ""
+    expected = case.select(f"SELECT id, v, n FROM t WHERE id >= {split.start}{below}")
     assert rows_of(fill.result(rows)) == sorted(expected) and fill.applied > 0
 
 
