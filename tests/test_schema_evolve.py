@@ -206,16 +206,6 @@ def test_a_column_added_first_is_placed_first(tmp_path: Path) -> None:
     assert [f.name for f in pa.schema(table.schema().to_arrow()).field("after").type] == ["tag", "id", "name", "qty"]
 
 
-def test_a_renamed_key_column_stays_the_key(tmp_path: Path) -> None:
-    config, _ = _lake(tmp_path)
-    history = evolve_history(steps=["ALTER TABLE t RENAME COLUMN id TO key_id"])
-    v0, v1 = history.sink_schema(T, 0), history.sink_schema(T, 1)
-    uri = config.uri(T, "mirror")
-    ensure_table(uri, {}, v0, "mirror", mirror_schema(v0))
-    table = ensure_table(uri, {}, v1, "mirror", mirror_schema(v1))
-    assert json.loads(table.metadata().configuration["spark_cdc.primaryKey"]) == ["key_id"]
-
-
 class _DiesAfterRewrites:
     """Hooks of a driver that dies right after a rewrite's commit, before its schema is recorded."""
 
@@ -224,17 +214,19 @@ class _DiesAfterRewrites:
             raise InjectedFault(point)
 
 
-def test_a_renamed_key_column_stays_the_key_across_a_crash_after_the_rewrite(tmp_path: Path) -> None:
+@pytest.mark.parametrize("crash", [False, True], ids=["", "crash-after-the-rewrite"])
+def test_a_renamed_key_column_stays_the_key(crash: bool, tmp_path: Path) -> None:
     config, _ = _lake(tmp_path)
     history = evolve_history(steps=["ALTER TABLE t RENAME COLUMN id TO key_id"])
     v0, v1 = history.sink_schema(T, 0), history.sink_schema(T, 1)
     uri = config.uri(T, "changelog")
     ensure_table(uri, {}, v0, "changelog", changelog_schema(v0))
-    with pytest.raises(InjectedFault):
-        ensure_table(uri, {}, v1, "changelog", changelog_schema(v1), _DiesAfterRewrites())
-    table = DeltaTable(uri)
-    assert (recorded_schema(table), current_schema(table)) == (v0, v1), "rewritten, not recorded"
-    table = ensure_table(uri, {}, v1, "changelog", changelog_schema(v1))  # the restart
+    if crash:
+        with pytest.raises(InjectedFault):
+            ensure_table(uri, {}, v1, "changelog", changelog_schema(v1), _DiesAfterRewrites())
+        table = DeltaTable(uri)
+        assert (recorded_schema(table), current_schema(table)) == (v0, v1), "rewritten, not recorded"
+    table = ensure_table(uri, {}, v1, "changelog", changelog_schema(v1))  # with a crash: the restart
     assert json.loads(table.metadata().configuration["spark_cdc.primaryKey"]) == ["key_id"]
     assert recorded_schema(table) == current_schema(table) == v1
     assert _schema_rewrites(Path(uri)) == [schema_token(v1)]
@@ -343,18 +335,28 @@ def test_a_crash_between_the_schema_change_and_the_data_commit_is_exact(
     """``sink_evolve``: the changelog was rewritten, the mirror not yet; ``sink_commit``: both
     evolved and the changelog committed, the mirror's rows not yet. The replay finishes the work
     without moving a column twice."""
-    p = pipeline
+    _crash_in_the_rename_batch(pipeline, mysql_server, database, point)
+    pipeline.run()
+    _assert_renamed_exactly(pipeline, mysql_server, database)
+
+
+def _crash_in_the_rename_batch(p: Pipeline, box: Sandbox, database: str, point: str, after: int = 0) -> None:
+    """Under ``evolve``, one batch with RENAME name TO title plus ADD name (the old name re-used),
+    then DROP old, and writes around them; the job fails at ``point``."""
     p.source = {"schema_change": {"behavior": "evolve"}}
     p.run()
-    sql(mysql_server, database, "UPDATE t SET qty = 100 WHERE id = 3",
+    sql(box, database, "UPDATE t SET qty = 100 WHERE id = 3",
         "ALTER TABLE t RENAME COLUMN name TO title, ADD COLUMN name INT",
         "INSERT INTO t (id, title, qty, old, name) VALUES (60, 'r', 1, 'o', 9)", "ALTER TABLE t DROP COLUMN old",
         "UPDATE t SET title = 'u' WHERE id = 4")
-    p.arm(point)
+    p.arm(point, after=after)
     with pytest.raises((JobFailed, InjectedFault), match=f"injected fault at {point}"):
         p.run()
-    p.run()
-    _assert_exact(p, mysql_server, database, ["id", "title", "qty", "name"])
+
+
+def _assert_renamed_exactly(p: Pipeline, box: Sandbox, database: str) -> None:
+    """After :func:`_crash_in_the_rename_batch` and a restart: exact, ``title`` kept its values."""
+    _assert_exact(p, box, database, ["id", "title", "qty", "name"])
     assert {r["id"]: r for r in p.mirror("t").to_pylist()}[5] == {"id": 5, "title": "n5", "qty": 5, "name": None}
     assert len([r for r in _changes(p) if r["op"] != "r"]) == 3
 
@@ -375,25 +377,15 @@ def test_a_crash_right_after_a_rewrite_commit_rewrites_nothing_again(table: str,
     rewritten one (not back to the recorded one), finds each rewrite's app transaction, rewrites
     nothing again (``title`` keeps its values, not the new null ``name``'s) and records the schema."""
     p = pipeline
-    p.source = {"schema_change": {"behavior": "evolve"}}
-    p.run()
-    sql(mysql_server, database, "UPDATE t SET qty = 100 WHERE id = 3",
-        "ALTER TABLE t RENAME COLUMN name TO title, ADD COLUMN name INT",
-        "INSERT INTO t (id, title, qty, old, name) VALUES (60, 'r', 1, 'o', 9)", "ALTER TABLE t DROP COLUMN old",
-        "UPDATE t SET title = 'u' WHERE id = 4")
-    p.arm("sink_rewritten", after=after)
-    with pytest.raises((JobFailed, InjectedFault), match="injected fault at sink_rewritten"):
-        p.run()
+    _crash_in_the_rename_batch(p, mysql_server, database, "sink_rewritten", after)
     path = p.lake / database / table
     [token] = _schema_rewrites(path)
     before = recorded_schema(DeltaTable(str(path)))
     assert before is not None and before.column_names == ["id", "name", "qty", "old"], "failed before the record"
     p.run()
-    _assert_exact(p, mysql_server, database, ["id", "title", "qty", "name"])
-    assert {r["id"]: r for r in p.mirror("t").to_pylist()}[5] == {"id": 5, "title": "n5", "qty": 5, "name": None}
+    _assert_renamed_exactly(p, mysql_server, database)
     images = [r["before"] for r in p.changelog("t").to_pylist() if r["op"] == "u"]
     assert images and all(i["title"] == f"n{i['id']}" for i in images), "old images keep the renamed values"
-    assert len(_changes(p)) == 3
     for name in ("t", "t_changelog"):
         rewritten = p.lake / database / name
         recorded = recorded_schema(DeltaTable(str(rewritten)))
