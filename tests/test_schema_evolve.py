@@ -217,8 +217,8 @@ class _DiesAfterRewrites:
 @pytest.mark.parametrize("crash", [False, True], ids=["", "crash-after-the-rewrite"])
 def test_a_renamed_key_column_stays_the_key(crash: bool, tmp_path: Path) -> None:
     config, _ = _lake(tmp_path)
-    history = evolve_history(steps=["ALTER TABLE t RENAME COLUMN id TO key_id"])
-    v0, v1 = history.sink_schema(T, 0), history.sink_schema(T, 1)
+    history = evolve_history(steps=["ALTER TABLE t RENAME COLUMN id TO key_id", "ALTER TABLE t ADD COLUMN extra INT"])
+    v0, v1, v2 = (history.sink_schema(T, v) for v in range(3))
     uri = config.uri(T, "changelog")
     ensure_table(uri, {}, v0, "changelog", changelog_schema(v0))
     if crash:
@@ -230,6 +230,8 @@ def test_a_renamed_key_column_stays_the_key(crash: bool, tmp_path: Path) -> None
     assert json.loads(table.metadata().configuration["spark_cdc.primaryKey"]) == ["key_id"]
     assert recorded_schema(table) == current_schema(table) == v1
     assert _schema_rewrites(Path(uri)) == [schema_token(v1)]
+    table = ensure_table(uri, {}, v2, "changelog", changelog_schema(v2))  # an ADD: no rewrite
+    assert current_schema(table) == v2, "the rewrite's schema, once recorded, is not read back again"
 
 
 def test_older_staged_files_of_a_batch_are_rewritten_into_its_schema(tmp_path: Path) -> None:

@@ -150,7 +150,9 @@ def _record(table: DeltaTable, schema: TableSchema, storage: pa.Schema, key: boo
     """Record ``schema`` (and its statistics columns; with ``key``, its primary key: a key column
     was renamed) in the table's properties."""
     table.update_incremental()
-    properties = {PROP_SCHEMA: json.dumps(schema_to_dict(schema)), PROP_PENDING: ""}
+    properties = {PROP_SCHEMA: json.dumps(schema_to_dict(schema))}
+    if table.metadata().configuration.get(PROP_PENDING):
+        properties[PROP_PENDING] = ""  # the rewrite it named is recorded
     if key:
         properties[PROP_KEY] = json.dumps(list(schema.primary_key))
     stats = stats_columns(storage)
