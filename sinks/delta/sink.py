@@ -92,8 +92,9 @@ class DeltaSink(Sink):
             self.follower.recover()
 
     def _recorded(self, schema: TableSchema) -> TableSchema:
-        """The sink schema the changelog recorded at its last evolution, else ``schema``: after a
-        lenient DROP COLUMN the source's catalog lacks a column the sink tables keep."""
+        """The sink schema the changelog has (its record, or the schema of a rewrite committed just
+        before a crash: :func:`current_schema`), else ``schema``: after a lenient DROP COLUMN the
+        source's catalog lacks a column the sink tables keep."""
         table = open_table(self.delta.uri(schema.table_id, "changelog"), self.delta.storage_options)
         recorded = current_schema(table) if table is not None else None
         return recorded if recorded is not None and recorded.table_id == schema.table_id else schema
