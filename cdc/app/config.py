@@ -54,18 +54,24 @@ def config_reference() -> str:
     sections: list[tuple[str, type[BaseModel], list[str] | None, str]] = [
         ("", JobConfig, None, ""), ("source.", model.SourceConfig, None, "")]
     for name, config in sorted(source_configs().items()):
-        own = _own_fields(config, model.SourceConfig)
-        sections.append(("source.", config, own, f"({name}) "))
-        for field_name in own:
-            nested = config.model_fields[field_name].annotation
-            for candidate in getattr(nested, "__args__", (nested,)):
-                if isinstance(candidate, type) and issubclass(candidate, BaseModel):
-                    sections.append((f"source.{field_name}.", candidate, None, f"({name}) "))
+        sections += _sections("source.", config, model.SourceConfig, name)
     sections.append(("sink.", model.SinkConfig, None, ""))
     for name, sink in sorted(SINKS.items()):
-        own = _own_fields(sink.config_class, model.SinkConfig)
-        sections.append(("sink.", sink.config_class, own, f"({name}) "))
+        sections += _sections("sink.", sink.config_class, model.SinkConfig, name)
     return model.config_reference(sections)
+
+
+def _sections(prefix: str, config: type[BaseModel], base: type[BaseModel],
+              name: str) -> list[tuple[str, type[BaseModel], list[str] | None, str]]:
+    """A dialect's or sink's own keys, then the keys of each section nested in them."""
+    own = _own_fields(config, base)
+    out: list[tuple[str, type[BaseModel], list[str] | None, str]] = [(prefix, config, own, f"({name}) ")]
+    for field_name in own:
+        nested = config.model_fields[field_name].annotation
+        for candidate in getattr(nested, "__args__", (nested,)):
+            if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+                out.append((f"{prefix}{field_name}.", candidate, None, f"({name}) "))
+    return out
 
 
 def _own_fields(cls: type[BaseModel], base: type[BaseModel]) -> list[str]:
