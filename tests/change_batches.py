@@ -9,11 +9,13 @@ from __future__ import annotations
 import datetime as dt
 import glob
 import os
+import random
 from collections import Counter
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+import deltalake
 import duckdb
 import polars as pl
 import pyarrow as pa
@@ -179,3 +181,29 @@ def read_with_every_reader(uri: str, spark: Any | None = None) -> dict[str, list
     if spark is not None:
         seen["spark"] = spark.read.format("delta").load(uri).toArrow().to_pylist()
     return seen
+
+
+def random_batches(n: int, seed: int = 7) -> list[list[dict[str, Any]]]:
+    """``n`` batches of c/u/d events over a few keys, each valid against the state before it."""
+    rng, live, pos, out = random.Random(seed), {}, 0, []
+    for _ in range(n):
+        events = []
+        for _ in range(rng.randint(1, 12)):
+            pos += 1
+            key = rng.randint(0, 15)
+            image = row(SINGLE_KEY, (key,), c_int=rng.randint(0, 10**6), c_str=f"v{pos}")
+            if key not in live:
+                events.append(event("c", None, image, pos))
+                live[key] = image
+            elif rng.random() < 0.3:
+                events.append(event("d", live.pop(key), None, pos))
+            else:
+                events.append(event("u", live[key], image, pos))
+                live[key] = image
+        out.append(events)
+    return out
+
+
+def mirror_rows(sink: DeltaTables, schema: TableSchema) -> Any:
+    """The mirror's rows, comparable with :func:`model_rows`."""
+    return frozen_rows(deltalake.DeltaTable(sink.config.uri(schema.table_id, "mirror")).to_pyarrow_table().to_pylist())

@@ -40,6 +40,7 @@ from cdc.spark.state import StateStore
 from sinks.delta.tables import read_table
 
 REFERENCE_SERVER_ID = 6300
+MAINTENANCE_EVERY = 3  # sink.maintenance.every of the test pipelines
 
 
 @dataclass
@@ -70,6 +71,9 @@ class Pipeline:
         # in a fresh driver process. The exactly-once suites test the data, so they register only
         # where delta-spark is loaded anyway (its engine); test_catalog and the CLI tests cover names.
         self.register_tables: bool | None = None  # None: with the delta-spark engine only
+        # Compaction and VACUUM every few batches (the job's default is 100): the exactly-once suites,
+        # crashes and SIGKILLs included, run with maintenance committing between the batches
+        self.maintenance = {"every": MAINTENANCE_EVERY}
 
     def raw_config(self) -> dict[str, Any]:
         c = self.box.cdc
@@ -78,7 +82,7 @@ class Pipeline:
                   "chunks_per_batch": 4, "server_id": "5400-5403", **self.source}
         register = self.engine == "delta-spark" if self.register_tables is None else self.register_tables
         sink = self.sinks or {"type": "delta", "path": str(self.lake), "async_mirror": self.async_mirror,
-                              "engine": self.engine, "register_tables": register}
+                              "engine": self.engine, "register_tables": register, "maintenance": self.maintenance}
         return {"source": source, "sink": sink, "checkpoint": str(self.checkpoint),
                 "state_dir": str(self.state_dir), "parallelism": 2, **self.job}
 

@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 import pyarrow as pa
 from faults import FileFaults
-from pipeline import _identity, _normalize
+from pipeline import MAINTENANCE_EVERY, _identity, _normalize
 from postgres_server import pg_dialect
 
 from binlog.postgres.positions import ChangeLsn, LsnOffset
@@ -56,6 +56,7 @@ class PgPipeline:
         self.state_dir = self.workdir / "checkpoint_state"
         self.faults = FileFaults(self.workdir / "faults")
         self.async_mirror = True
+        self.maintenance = {"every": MAINTENANCE_EVERY}  # as tests/pipeline.py
         self.reference_slot = f"ref_{self.database}"
         self.schema = self.database
         self.box.create_schema(self.database, self.schema)
@@ -66,7 +67,8 @@ class PgPipeline:
                   "password": c.password, "database": self.database, "tables": [f"{self.schema}\\..*"],
                   "chunk_size": 100, "chunks_per_batch": 4, **self.source}
         sink = self.sinks or {"type": "delta", "path": str(self.lake), "async_mirror": self.async_mirror,
-                              "register_tables": False}  # names cost a Delta JVM start (tests/pipeline.py)
+                              "register_tables": False,  # names cost a Delta JVM start (tests/pipeline.py)
+                              "maintenance": self.maintenance}
         return {"source": source, "sink": sink, "checkpoint": str(self.checkpoint),
                 "state_dir": str(self.state_dir), "parallelism": 2, **self.job}
 

@@ -3,7 +3,6 @@ catches up from the changelog (real Delta tables, no server)."""
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 from typing import Any
 
@@ -14,44 +13,19 @@ from change_batches import (
     apply,
     batch,
     event,
-    frozen_rows,
+    mirror_rows,
     model_rows,
+    random_batches,
     row,
     write_batch,
 )
 
-from cdc.model.schema import TableSchema
 from sinks.delta.config import DeltaSinkConfig
 from sinks.delta.engines import DeltaTables
 from sinks.delta.files import commit_change_files, read_change_files, write_change_files
 from sinks.delta.follower import ChangelogGap, MirrorFollower, changelog_batches_after
 
 S = SINGLE_KEY
-
-
-def random_batches(n: int, seed: int = 7) -> list[list[dict[str, Any]]]:
-    """``n`` batches of c/u/d events over a few keys, each valid against the state before it."""
-    rng, live, pos, out = random.Random(seed), {}, 0, []
-    for _ in range(n):
-        events = []
-        for _ in range(rng.randint(1, 12)):
-            pos += 1
-            key = rng.randint(0, 15)
-            image = row(S, (key,), c_int=rng.randint(0, 10**6), c_str=f"v{pos}")
-            if key not in live:
-                events.append(event("c", None, image, pos))
-                live[key] = image
-            elif rng.random() < 0.3:
-                events.append(event("d", live.pop(key), None, pos))
-            else:
-                events.append(event("u", live[key], image, pos))
-                live[key] = image
-        out.append(events)
-    return out
-
-
-def mirror_rows(sink: DeltaTables, schema: TableSchema) -> Any:
-    return frozen_rows(deltalake.DeltaTable(sink.config.uri(schema.table_id, "mirror")).to_pyarrow_table().to_pylist())
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import deltalake
 import pymysql
 import pytest
 from faults import InjectedFault
@@ -74,6 +75,13 @@ def check_all(p: Pipeline) -> None:
         assert_changelog_exact(p, table_id.table, schema)
 
 
+def assert_maintained(p: Pipeline, table: str) -> None:
+    """Maintenance ran between the batches: both tables have compaction commits."""
+    for name in (table, f"{table}_changelog"):
+        history = deltalake.DeltaTable(str(p.lake / p.database / name)).history()
+        assert any(h["operation"] == "OPTIMIZE" for h in history), f"{name} was never compacted"
+
+
 @pytest.mark.parametrize(("async_mirror", "pipeline"), [(True, _RS), (False, _RS)],
                          ids=["mirror-follows-delta-rs", "mirror-inline-delta-rs"], indirect=["pipeline"])
 def test_snapshot_with_concurrent_writers_is_exact(async_mirror: bool, pipeline: Pipeline, admin: Any,
@@ -92,6 +100,7 @@ def test_snapshot_with_concurrent_writers_is_exact(async_mirror: bool, pipeline:
     assert sum(b.snapshot_rows for b in first + second) == reads, "snapshot rows went through executors"
     leftovers = [p for p in pipeline.state_dir.rglob("*") if p.is_file() and ("staged" in p.parts or "chunks" in p.parts)]
     assert not leftovers, f"state of committed batches was not cleaned up: {leftovers[:3]}"
+    assert_maintained(pipeline, "t")
 
 
 @pytest.mark.parametrize(("point", "after", "pipeline"), [
@@ -101,6 +110,7 @@ def test_snapshot_with_concurrent_writers_is_exact(async_mirror: bool, pipeline:
     *[("after_sink_commit", 1, e) for e in (_RS, _SPARK)],  # Delta committed, Spark's commit log not
     ("stream", 0, _RS),                                     # the binlog phase dies
     *[("mirror", 0, e) for e in (_RS, _SPARK)],             # a background mirror MERGE dies
+    ("maintenance", 0, _RS),        # before a compaction, in the mirror follower's thread
 ], indirect=["pipeline"])
 def test_crash_and_restart_is_exact(point: str, after: int, pipeline: Pipeline, admin: Any,
                                     mysql_server: Sandbox) -> None:
@@ -242,6 +252,7 @@ def test_driver_killed_at_random_moments_is_exact(pipeline: Pipeline, admin: Any
     pipeline.run()  # restart from the checkpoint and catch up
     assert kills == 3
     check_all(pipeline)
+    assert_maintained(pipeline, "t")
 
 
 def wait_for_batches(driver: subprocess.Popen[str], n: int, timeout: float = 300.0) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Protocol
 
 POINTS = ("stage", "plan", "emit", "stream", "after_sink_commit", "mirror", "between_sinks",
-          "sink_commit", "low_watermark", "sink_evolve", "sink_rewritten")
+          "sink_commit", "low_watermark", "sink_evolve", "sink_rewritten", "maintenance")
 
 
 class Hooks(Protocol):

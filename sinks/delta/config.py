@@ -6,11 +6,31 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from cdc.model.config import SinkConfig
+from cdc.model.config import ConfigModel, SinkConfig
 from cdc.model.schema import TableId
 from sinks.delta.tables import TableKind, table_uri
 
 Engine = Literal["auto", "delta-rs", "delta-spark"]
+
+MiB = 1024 * 1024
+
+
+class MaintenanceConfig(ConfigModel):
+    """``sink.maintenance``: compaction and VACUUM of the job's tables, run by the job
+    (:mod:`sinks.delta.maintenance`)."""
+
+    every: int = Field(default=100, ge=0, description="compact a table's mirror and changelog (small files "
+                       "into files of the target size) after every this many batches that wrote the table, "
+                       "then VACUUM them; `0` turns maintenance off")
+    mirror_file_size: int = Field(default=16 * MiB, gt=0, description="target size in bytes of the mirror's "
+                                  "files, also set as its `delta.targetFileSize`: a MERGE rewrites each file "
+                                  "holding a changed key whole, so this bounds a MERGE's work and memory")
+    changelog_file_size: int = Field(default=128 * MiB, gt=0, description="target size in bytes of the "
+                                     "changelog's compacted files (the changelog is only appended to)")
+    vacuum_retention_hours: int = Field(default=168, ge=1, description="VACUUM deletes the files that left a "
+                                          "table this many hours ago or earlier (older versions need them: time "
+                                          "travel, slow readers) and unreferenced files as old; at least 1, so "
+                                          "that files written by tasks and not yet committed are never deleted")
 
 
 class DeltaSinkConfig(SinkConfig):
@@ -30,6 +50,8 @@ class DeltaSinkConfig(SinkConfig):
                                "trails the changelog (batches queued meanwhile are merged together; after "
                                "a crash the mirror catches up from the changelog); `false` MERGEs inside "
                                "every batch")
+    maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig, description="compaction "
+                                           "and VACUUM of the mirror and changelog, run by the job")
 
     catalog_prefix: str = Field(default="", description="put in front of the database name when the tables "
                                 "are registered by name: `<prefix><db>.<table>` and `<prefix><db>.<table>_changelog`")

@@ -30,7 +30,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from cdc.model.errors import ConfigError
 from cdc.model.history import tagged_schema
-from cdc.model.schema import TableSchema
+from cdc.model.schema import TableId, TableSchema
 from sinks.changes import (
     DELETE_FLAG,
     changelog_rows,
@@ -52,6 +52,7 @@ from sinks.delta.tables import (
     is_committed,
     merge_predicate,
     mirror_key,
+    open_table,
     quote,
     stats_eligible,
 )
@@ -120,6 +121,12 @@ class DeltaTables:
         schema, version = tagged if tagged is not None else (schema, 0)
         batch = changelog_rows(normalize(changes, schema), schema, version)
         return self._writer.write_changelog(schema, batch, self.app_id, batch_id)
+
+    def batch_version(self, table_id: TableId, kind: TableKind) -> int | None:
+        """The newest batch the mirror or changelog holds (its app transaction); None: none."""
+        table = open_table(self.config.uri(table_id, kind), self.config.storage_options)
+        version = table.transaction_version(self.app_id) if table is not None else None
+        return None if version is None else int(version)
 
 
 def _select_engine(config: DeltaSinkConfig, spark: Any | None) -> tuple[str, TableWriter]:

@@ -22,26 +22,23 @@ at the position the job reached.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
-from typing import Any
-from urllib.parse import unquote
 
 import pyarrow as pa
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
-from deltalake.fs import DeltaStorageHandler
 
 from cdc.model.errors import CdcError, Terminal
 from cdc.model.hooks import NO_HOOKS, Hooks
 from cdc.model.schema import TableId, TableSchema
 from sinks.changes import changelog_schema, conform
+from sinks.delta.commits import MissingCommit, commits_newest_first, table_fs
 from sinks.delta.engines import DeltaTables
 from sinks.delta.files import StagedFile, read_change_files
+from sinks.delta.maintenance import Maintainer
 
 log = logging.getLogger(__name__)
 
@@ -64,13 +61,16 @@ class MirrorFollower:
         sink: the sink whose mirrors follow (its changelogs are already written).
         schemas: the captured tables.
         hooks: passed ``mirror`` in the thread before each MERGE (crash tests).
+        maintainer: maintains the tables that are due after the queued batches are merged
+            (:mod:`sinks.delta.maintenance`); None: none.
     """
 
     def __init__(self, sink: DeltaTables, schemas: dict[TableId, TableSchema],
-                 hooks: Hooks = NO_HOOKS) -> None:
+                 hooks: Hooks = NO_HOOKS, maintainer: Maintainer | None = None) -> None:
         self.sink = sink
         self.schemas = schemas
         self.hooks = hooks
+        self.maintainer = maintainer
         self.merges = 0
         self._queue: list[tuple[int, Changes]] = []
         self._busy = False
@@ -143,8 +143,11 @@ class MirrorFollower:
             try:
                 for group in _groups(work, MERGE_ROWS):
                     self._merge(group)
+                if self.maintainer is not None:
+                    self.maintainer.run_due()  # here, off the batches' path
             except BaseException as exc:  # handed to the caller's next submit/drain
-                log.error("mirror MERGE of batches %d..%d failed: %s", work[0][0], work[-1][0], exc)
+                log.error("mirror MERGE (or maintenance) after batches %d..%d failed: %s", work[0][0], work[-1][0],
+                          exc)
                 with self._cond:
                     self._error, self._busy = exc, False
                     self._cond.notify_all()
@@ -218,32 +221,23 @@ def changelog_batches_after(sink: DeltaTables, schema: TableSchema, after: int) 
     newest = table.transaction_version(sink.app_id)
     if newest is None or newest <= after:
         return []
-    fs = pafs.PyFileSystem(DeltaStorageHandler(uri, sink.config.storage_options or None))
+    fs = table_fs(uri, sink.config.storage_options)
     found: list[tuple[int, list[str]]] = []
-    for version in range(table.version(), -1, -1):
-        actions = _commit_actions(fs, version, schema)
-        txn = next((a["txn"] for a in actions if "txn" in a and a["txn"]["appId"] == sink.app_id), None)
-        if txn is None:
-            continue  # another writer's commit (snapshot files, table creation)
-        if int(txn["version"]) <= after:
-            break
-        found.append((int(txn["version"]), [unquote(a["add"]["path"]) for a in actions if "add" in a]))
+    try:
+        for commit in commits_newest_first(fs, table.version(), sink.app_id):
+            if commit.batch is None:
+                continue  # another writer's commit (snapshot files, table creation, maintenance)
+            if commit.batch <= after:
+                break
+            found.append((commit.batch, commit.added))
+    except MissingCommit as exc:
+        raise _gap(schema, f"{exc} (log retention removed it)") from None
     storage = changelog_schema(schema)
     try:
         return [(batch, pa.concat_tables([conform(pq.read_table(p, filesystem=fs), storage) for p in paths]))
                 for batch, paths in sorted(found) if paths]
     except FileNotFoundError as exc:
         raise _gap(schema, f"a data file of a batch after {after} ({exc})") from None
-
-
-def _commit_actions(fs: pafs.FileSystem, version: int, schema: TableSchema) -> list[dict[str, Any]]:
-    path = f"_delta_log/{version:020d}.json"
-    try:
-        with fs.open_input_stream(path) as f:
-            text = f.read().decode()
-    except (FileNotFoundError, OSError):
-        raise _gap(schema, f"commit {version} (log retention removed it)") from None
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def _gap(schema: TableSchema, what: str) -> ChangelogGap:

@@ -51,6 +51,7 @@ from sinks.delta.files import (
     read_change_files,
 )
 from sinks.delta.follower import MirrorFollower
+from sinks.delta.maintenance import Maintainer
 from sinks.delta.restage import restage
 from sinks.delta.tables import count_rows, open_table
 
@@ -70,6 +71,7 @@ class DeltaSink(Sink):
         super().__init__(config, job_id, spark, hooks)
         self.delta = config
         self.tables = DeltaTables(config, job_id, spark)
+        self.maintainer = Maintainer(self.tables, hooks)
         self.follower: MirrorFollower | None = None
         self.current: dict[TableId, TableSchema] = {}  # each table's sink schema (grows with DDL)
 
@@ -85,10 +87,11 @@ class DeltaSink(Sink):
         self.current = {t: self._recorded(s) for t, s in schemas.items()}
         for schema in self.current.values():  # the tables exist from the start, so names resolve
             self._ensure(schema)
+            self.maintainer.size_mirror(schema.table_id)  # before any MERGE (a properties commit)
         if register:
             register_tables(self.spark, self.delta, schemas)
         if self.delta.async_mirror:
-            self.follower = MirrorFollower(self.tables, self.current, hooks=self.hooks)
+            self.follower = MirrorFollower(self.tables, self.current, hooks=self.hooks, maintainer=self.maintainer)
             self.follower.recover()
 
     def _recorded(self, schema: TableSchema) -> TableSchema:
@@ -113,6 +116,9 @@ class DeltaSink(Sink):
         (after the follower has merged what it holds, so no MERGE runs into the schema change).
         """
         table_id = batch.schema.table_id
+        if table_id not in self.current:  # a table added to the running job: its first batch
+            self._ensure(batch.schema)
+            self.maintainer.size_mirror(table_id)  # the follower has no work for it yet
         current = self.current.setdefault(table_id, batch.schema)
         files = [_tagged(d) for d in (*batch.snapshot, *batch.changes)]
         tagged = max((f for f in files if f.schema is not None), key=lambda f: f.version, default=None)
@@ -135,7 +141,8 @@ class DeltaSink(Sink):
         return wanted
 
     def commit(self, batch_id: int, tables: list[TableBatch]) -> list[Committed]:
-        if self.follower is not None and any(t.snapshot for t in tables):
+        drained = self.follower is None or any(t.snapshot for t in tables)
+        if self.follower is not None and drained:
             self.follower.drain()  # the mirror takes every table's rows in batch order
         out: list[Committed] = []
         follow: dict[TableId, list[StagedFile]] = {}
@@ -155,6 +162,10 @@ class DeltaSink(Sink):
             elif changes:
                 follow[batch.schema.table_id] = changes
             out.append(Committed(str(batch.schema.table_id), snapshot, written))
+            if snapshot or written:
+                self.maintainer.wrote(batch.schema.table_id)
+        if drained:
+            self.maintainer.run_due()  # nothing else writes the mirrors until the follower gets work
         if self.follower is not None and follow:
             self.follower.submit(batch_id, dict(follow))  # the follower reads the files itself
         return out

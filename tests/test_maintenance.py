@@ -1,0 +1,118 @@
+"""The job's table maintenance: compaction and VACUUM keep every row, every batch record and the
+mirror's crash recovery, and the mirror's files stay under its target size (real Delta tables,
+no server; the exactly-once suites run with maintenance every 3 batches, tests/pipeline.py)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import change_batches as cb
+import deltalake
+import pytest
+from pydantic import ValidationError
+
+from sinks.delta.config import DeltaSinkConfig, MaintenanceConfig
+from sinks.delta.engines import DeltaTables
+from sinks.delta.follower import MirrorFollower
+from sinks.delta.maintenance import Maintainer
+from sinks.delta.tables import read_table
+
+S = cb.SINGLE_KEY
+
+
+def tables(tmp_path: Path, **maintenance: Any) -> DeltaTables:
+    # model_construct: a retention of 0 hours, below the config's floor, so that a test sees VACUUM act
+    config = DeltaSinkConfig(path=str(tmp_path / "lake"), engine="delta-rs",
+                             maintenance=MaintenanceConfig.model_construct(**maintenance))
+    return DeltaTables(config, query_id="q")
+
+
+def delta(sink: DeltaTables, kind: str) -> deltalake.DeltaTable:
+    return deltalake.DeltaTable(sink.config.uri(S.table_id, kind))  # type: ignore[arg-type]
+
+
+def parquet_on_disk(sink: DeltaTables, kind: str) -> set[str]:
+    root = sink.config.uri(S.table_id, kind)  # type: ignore[arg-type]
+    return {os.path.join(d, f) for d, _, files in os.walk(root) if "_delta_log" not in d
+            for f in files if f.endswith(".parquet")}
+
+
+def live_files(sink: DeltaTables, kind: str) -> set[str]:
+    return {str(Path(u)) for u in delta(sink, kind).file_uris()}
+
+
+def test_compaction_every_n_batches_keeps_every_row_and_every_batch_record(tmp_path: Path) -> None:
+    sink = tables(tmp_path, every=3)
+    maintainer = Maintainer(sink)
+    follower = MirrorFollower(sink, {S.table_id: S}, maintainer=maintainer)
+    batches, model, events_written = cb.random_batches(12), dict[Any, Any](), 0
+    for batch_id, events in enumerate(batches):
+        sink.write_changelog(S, cb.batch(S, events), batch_id)
+        maintainer.wrote(S.table_id)
+        follower.submit(batch_id, {S.table_id: cb.batch(S, events)})
+        follower.drain()  # one batch at a time: maintenance after batches 2, 5, 8 and 11
+        cb.apply(model, S, events)
+        events_written += len(events)
+    follower.close()
+    assert maintainer.runs == 4
+    changelog, mirror = delta(sink, "changelog"), delta(sink, "mirror")
+    assert [h["operation"] for h in changelog.history()].count("OPTIMIZE") == 4
+    assert len(changelog.file_uris()) == 1, "12 batches' files compacted into one"
+    assert cb.mirror_rows(sink, S) == cb.model_rows(model)
+    assert read_table(changelog.table_uri).num_rows == events_written
+    assert changelog.transaction_version(sink.app_id) == mirror.transaction_version(sink.app_id) == 11
+    # a replay after compaction is still recognised: the app transactions survive OPTIMIZE
+    assert not sink.write_changelog(S, cb.batch(S, batches[5]), 5)
+    assert not sink.write_mirror(S, cb.batch(S, batches[11]), 11)
+
+
+def test_vacuum_keeps_the_changelog_files_that_a_mirror_behind_it_needs(tmp_path: Path) -> None:
+    """A crash left the mirror behind: the changelog is compacted and vacuumed, but the files of
+    the batches the mirror lacks stay until it has caught up from them."""
+    sink = tables(tmp_path, every=1, vacuum_retention_hours=0)
+    maintainer, model = Maintainer(sink), dict[Any, Any]()
+    for batch_id, events in enumerate(cb.random_batches(6, seed=5)):
+        if batch_id < 3:
+            cb.write_batch(sink, S, cb.batch(S, events), batch_id)
+        else:
+            sink.write_changelog(S, cb.batch(S, events), batch_id)  # the mirror's MERGEs never ran
+        cb.apply(model, S, events)
+        if batch_id == 2:
+            maintainer.maintain(S.table_id)  # the mirror holds every batch: nothing to keep
+            assert parquet_on_disk(sink, "changelog") == live_files(sink, "changelog")
+    maintainer.maintain(S.table_id)  # the mirror lacks batches 3..5, compacted away now
+    assert len(delta(sink, "changelog").file_uris()) == 1
+    assert len(parquet_on_disk(sink, "mirror")) == len(delta(sink, "mirror").file_uris()), "the mirror was vacuumed"
+
+    assert MirrorFollower(sink, {S.table_id: S}).recover() == 3  # reads the compacted-away files
+    assert cb.mirror_rows(sink, S) == cb.model_rows(model)
+    maintainer.maintain(S.table_id)  # the mirror holds every batch again
+    assert parquet_on_disk(sink, "changelog") == live_files(sink, "changelog")
+
+
+def test_merges_in_key_order_keep_the_mirror_files_under_the_target_size(tmp_path: Path) -> None:
+    """Without ``delta.targetFileSize`` delta-rs's MERGE writes files of up to 100 MiB: updates in
+    key order merged each touched file with the next, into one file that every later MERGE
+    rewrote whole (issue #18: a 2M-update backlog at TPC-DS SF100, a 1.9M-row file)."""
+    sink = tables(tmp_path, every=0, mirror_file_size=16 * 1024)
+    model: dict[Any, Any] = {}
+    for chunk in range(10):  # the snapshot: ten files over consecutive key ranges
+        events = [cb.event("r", None, cb.row(S, (k,), c_int=k, c_str=f"{k:x}" * 8), 1) for k in range(chunk * 500, chunk * 500 + 500)]
+        cb.write_batch(sink, S, cb.batch(S, events), chunk, snapshot_append=True)
+        cb.apply(model, S, events)
+    Maintainer(sink).size_mirror(S.table_id)
+    first = max(os.path.getsize(f) for f in parquet_on_disk(sink, "mirror"))
+    for batch_id, start in enumerate(range(0, 5000, 400), start=10):  # a burst of updates in key order
+        events = [cb.event("u", model[(k,)], cb.row(S, (k,), c_int=-k, c_str=f"{k:o}" * 8), 2) for k in range(start, min(start + 400, 5000))]
+        cb.write_batch(sink, S, cb.batch(S, events), batch_id)
+        cb.apply(model, S, events)
+    assert cb.mirror_rows(sink, S) == cb.model_rows(model)
+    sizes = [os.path.getsize(f) for f in delta(sink, "mirror").file_uris()]
+    assert max(sizes) <= max(first, 16 * 1024) * 2, f"a mirror file grew past the target: {sorted(sizes)}"
+
+
+def test_a_vacuum_retention_under_an_hour_is_refused_with_the_reason() -> None:
+    with pytest.raises(ValidationError, match="greater than or equal to 1"):
+        DeltaSinkConfig(path="/tmp/lake", maintenance={"vacuum_retention_hours": 0})
