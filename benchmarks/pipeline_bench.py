@@ -104,7 +104,8 @@ def pipeline_phase(spec: dict[str, Any]) -> dict[str, Any]:
 
     spark = local_session("spark-cdc-bench", parallelism=spec["parallelism"],
                           **{"spark.sql.streaming.numRecentProgressUpdates": "1000"})
-    config = parse_config({"source": spec["source"], "sink": {"type": "delta", "path": spec["lake"]},
+    config = parse_config({"source": spec["source"],
+                           "sink": {"type": "delta", "path": spec["lake"], **spec.get("sink_options", {})},
                            "checkpoint": spec["checkpoint"], "state_dir": spec["state_dir"],
                            "parallelism": spec["parallelism"]}, warn_plain_password=False)
     runner = JobRunner(config, spark)

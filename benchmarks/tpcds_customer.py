@@ -188,7 +188,13 @@ class Bench:
                 "source": self.source(p, cpb, backfill_skip=backfill_skip, max_batch_bytes=max_batch_bytes),
                 "state_dir": str(job / "checkpoint_state"), "lake": str(job / "lake"),
                 "checkpoint": str(job / "checkpoint"), "query_id": job.name, "trigger": trigger,
-                "sink": sink}
+                "sink": sink, "sink_options": self.sink_options()}
+
+    def sink_options(self) -> dict[str, Any]:
+        """The Delta sink's keys other than its path: ``--mirror-file-size``, else the job's defaults."""
+        if self.args.mirror_file_size == "default":
+            return {}
+        return {"maintenance": {"mirror_file_size": parse_caps(self.args.mirror_file_size)[0]}}
 
     def snapshot(self, p: int, cpb: int, write_rate: float = 0.0, backfill_skip: bool = False) -> Path:
         """One available-now run from nothing: the snapshot (plus the writes' changes)."""
@@ -585,6 +591,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--max-batch-bytes", default="default", help="source.max_batch_bytes of the catch-up runs, "
                    "comma-separated (bytes, or with a MiB/GiB suffix; `none`: no cap; `default`: the job's); "
                    "each runs the same burst from a copy of the snapshot's checkpoint")
+    p.add_argument("--mirror-file-size", default="default", help="sink.maintenance.mirror_file_size of every run "
+                   "(bytes, or with a MiB suffix; `default`: the job's); 100MiB is delta-rs's own default, "
+                   "the mirror's file size before the job capped it")
     p.add_argument("--catch-up-only", action="store_true", help="only the snapshot and the catch-up runs "
                    "(peak RSS per process of each; no peers, no latency)")
     p.add_argument("--keep", action="store_true", help="keep the work directory (lakes, checkpoints, logs)")
@@ -631,7 +640,8 @@ def main() -> None:
           f"{'noisy numbers' if max(load_start, load()) > 2 else 'quiet'}).")
     stamp = dt.date.today().isoformat()
     if args.catch_up_only:
-        out = RESULTS / f"tpcds_customer-{stamp}-sf{args.scale}-catchup-burst{args.burst}.json"
+        sized = "" if args.mirror_file_size == "default" else f"-mirror{args.mirror_file_size.lower()}"
+        out = RESULTS / f"tpcds_customer-{stamp}-sf{args.scale}-catchup-burst{args.burst}{sized}.json"
         out.parent.mkdir(exist_ok=True)
         out.write_text(json.dumps({
             "scale": args.scale, "rows": table.rows, "date": stamp, "args": vars(args),
