@@ -68,6 +68,21 @@ def test_compaction_every_n_batches_keeps_every_row_and_every_batch_record(tmp_p
     assert not sink.write_mirror(S, cb.batch(S, batches[11]), 11)
 
 
+def test_a_job_run_in_short_runs_is_maintained_too(tmp_path: Path) -> None:
+    """Each process counts the batches committed since the last compaction: ``--once`` runs on a
+    schedule, each shorter than ``every`` batches, still get maintenance."""
+    sink = tables(tmp_path, every=3)
+    runs = []
+    for batch_id, events in enumerate(cb.random_batches(5, seed=3)):
+        maintainer = Maintainer(sink)  # a new run for every batch
+        cb.write_batch(sink, S, cb.batch(S, events), batch_id)
+        maintainer.wrote(S.table_id)
+        maintainer.run_due()
+        runs.append(maintainer.runs)
+    assert runs == [0, 0, 1, 0, 0]
+    assert [h["operation"] for h in delta(sink, "changelog").history()].count("OPTIMIZE") == 1
+
+
 def test_vacuum_keeps_the_changelog_files_that_a_mirror_behind_it_needs(tmp_path: Path) -> None:
     """A crash left the mirror behind: the changelog is compacted and vacuumed, but the files of
     the batches the mirror lacks stay until it has caught up from them."""

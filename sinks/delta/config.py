@@ -20,8 +20,9 @@ class MaintenanceConfig(ConfigModel):
     (:mod:`sinks.delta.maintenance`)."""
 
     every: int = Field(default=100, ge=0, description="compact a table's mirror and changelog (small files "
-                       "into files of the target size) after every this many batches that wrote the table, "
-                       "then VACUUM them; `0` turns maintenance off")
+                       "into files of the target size) after every this many batches that wrote the table "
+                       "(counted across runs since its last compaction), then VACUUM them; `0` turns "
+                       "maintenance off")
     mirror_file_size: int = Field(default=16 * MiB, gt=0, description="target size in bytes of the mirror's "
                                   "files, also set as its `delta.targetFileSize`: a MERGE rewrites each file "
                                   "holding a changed key whole, so this bounds a MERGE's work and memory")

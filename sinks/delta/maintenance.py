@@ -6,8 +6,10 @@ the files holding changed keys, and a batch that touches every file writes its n
 files (:mod:`sinks.delta.rewrite`), so small files pile up there too. So the job maintains both
 tables (``sink.maintenance``, on by default):
 
-* **When:** after every ``every`` batches that wrote a table (counted by this process), once the
-  mirror has merged them. With ``async_mirror`` (the default) it runs in the mirror follower's
+* **When:** after every ``every`` batches that wrote a table, once the mirror has merged them.
+  A process counts its own batches, after the batches the changelog committed since its last
+  compaction (read back once per table), so a job run in short runs (``--once`` on a schedule)
+  is maintained too. With ``async_mirror`` (the default) it runs in the mirror follower's
   thread, after a MERGE, and adds nothing to a batch's latency. A batch that waits for the
   follower (a snapshot commit, a schema change) waits for it too. Without ``async_mirror`` it
   runs at the end of the batch.
@@ -80,6 +82,7 @@ class Maintainer:
         self.hooks = hooks
         self.runs = 0
         self._written: dict[TableId, int] = {}
+        self._counted_before: set[TableId] = set()  # tables whose earlier runs' batches are counted
         self._lock = threading.Lock()
 
     @property
@@ -113,12 +116,35 @@ class Maintainer:
     def run_due(self) -> None:
         """Maintain every table that is due. Call it once the mirror has merged what the
         changelog holds, from the thread that writes the mirror."""
+        if not self.enabled:
+            return
+        with self._lock:
+            new = [t for t in self._written if t not in self._counted_before]
+        for table_id in new:
+            self._count_earlier_batches(table_id)
         for table_id in self.due():
             self.maintain(table_id)
 
+    def _count_earlier_batches(self, table_id: TableId) -> None:
+        """Count the commits that added changelog files since its last compaction (up to
+        ``every``; this process's own among them, so the count is the larger of the two)."""
+        changelog = self._table(table_id, "changelog")
+        commits = 0
+        try:
+            for commit in commits_newest_first(table_fs(changelog.table_uri, self.tables.config.storage_options),
+                                               changelog.version(), self.tables.app_id):
+                if commit.operation == "OPTIMIZE" or commits >= self.config.every:
+                    break
+                commits += bool(commit.added)
+        except MissingCommit:  # the log's retention is behind us: long enough ago
+            commits = self.config.every
+        with self._lock:
+            self._written[table_id] = max(self._written.get(table_id, 0), commits)
+            self._counted_before.add(table_id)
+
     def maintain(self, table_id: TableId) -> None:
-        """Compact the table's mirror and changelog, then VACUUM them (the changelog only when
-        the mirror holds every batch it holds)."""
+        """Compact the table's mirror and changelog, then VACUUM them (keeping the changelog
+        files the mirror may still need)."""
         self.hooks.reached("maintenance")
         with self._lock:
             self._written[table_id] = 0
