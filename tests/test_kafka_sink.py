@@ -33,7 +33,12 @@ from cdc.model.debezium.connect import table_codecs
 from cdc.model.schema import TableId, TableSchema
 from sinks.base import SinkError, TableBatch
 from sinks.kafka.config import KafkaSinkConfig
-from sinks.kafka.control import KafkaUnreachable, TopicCreationRefused, last_committed_batch
+from sinks.kafka.control import (
+    KafkaUnreachable,
+    TopicCreationRefused,
+    high_watermarks,
+    last_committed_batch,
+)
 from sinks.kafka.logs import LOGGER_NAME, Repeats
 from sinks.kafka.messages import MessageTooLarge, encode_rows
 from sinks.kafka.sink import KafkaCommitFailed, KafkaSink, ProducerFenced
@@ -224,6 +229,22 @@ def test_a_wrong_producer_setting_is_named_without_its_value(tmp_path: Any) -> N
     with pytest.raises(SinkError, match=r"`producer`.*sasl\.pasword") as err:
         KafkaSink(c, "job").open({SINGLE_KEY.table_id: SINGLE_KEY})
     assert "s3cr3t" not in str(err.value)
+
+
+def test_a_partition_without_a_leader_yet_is_waited_for(kafka_broker: KafkaSandbox) -> None:
+    """Right after the sink creates its control topic, the partition may have no leader yet, or
+    the client's metadata may not know it yet. A job's first start waits for it, and does not stop
+    as if the brokers were unreachable. CI hit this on 2026-11-26, when test_sink_contract's Kafka
+    case failed with "Not leader for partition". Here the topic appears a second after the read
+    began."""
+    topic = f"late{uuid.uuid4().hex[:10]}"
+    admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap_servers})
+    later = threading.Timer(1.0, lambda: admin.create_topics([NewTopic(topic, num_partitions=1)]))
+    later.start()
+    try:
+        assert high_watermarks({"bootstrap.servers": kafka_broker.bootstrap_servers}, topic, [0], timeout=20) == {}
+    finally:
+        later.join()
 
 
 def test_a_refused_topic_is_named(kafka_broker: KafkaSandbox, tmp_path: Any) -> None:

@@ -191,15 +191,31 @@ def high_watermarks(settings: dict[str, Any], topic: str, partitions: list[int],
     probe = Consumer({**settings, "group.id": f"spark-cdc-probe-{uuid.uuid4().hex}",
                       "isolation.level": "read_uncommitted", "enable.auto.commit": False,
                       **CLIENT_LOGGING})
+    deadline = time.monotonic() + timeout
     try:
         ends = {}
         for p in partitions:
-            low, high = probe.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
+            while True:
+                try:
+                    low, high = probe.get_watermark_offsets(TopicPartition(topic, p),
+                                                            timeout=max(0.1, deadline - time.monotonic()))
+                    break
+                except KafkaException as exc:
+                    err = kafka_error(exc)
+                    # a topic created a moment ago: its partition has no leader yet, or this
+                    # client's metadata does not know it yet (CI saw "Not leader for partition")
+                    if err is None or err.code() not in _NOT_READY or time.monotonic() >= deadline:
+                        raise
+                    time.sleep(0.1)
             if high > low:
                 ends[p] = high
         return ends
     finally:
         probe.close()
+
+
+_NOT_READY = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+              KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION}
 
 
 def _marker(key: bytes | None, value: bytes | None, job_id: str) -> LastCommit:
