@@ -59,6 +59,7 @@ log = logging.getLogger(__name__)
 class MaintenanceFailed(CdcError):
     """A compaction or VACUUM failed (the tables are as before: each is one commit, or none)."""
 
+
 PROP_TARGET_SIZE = "delta.targetFileSize"
 # Rows per row group of a compacted file: readers split a file by row groups (DuckDB read a
 # changelog compacted into one 800,000-row group 2.1x slower than its small files).
@@ -183,6 +184,9 @@ class Maintainer:
         """The changelog versions whose live files a VACUUM must keep: the version before each
         compaction that came after a commit of a batch the mirror lacks."""
         mirror = self.tables.batch_version(table_id, "mirror")
+        newest = self.tables.batch_version(table_id, "changelog")
+        if newest is None or (mirror is not None and newest <= mirror):
+            return []  # the mirror lacks nothing (a snapshot's commits carry no batch): no walk through the log
         changelog = self._table(table_id, "changelog")
         compactions: list[int] = []
         needed: int | None = None  # the oldest commit of a batch the mirror lacks
