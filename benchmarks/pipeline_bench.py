@@ -23,6 +23,11 @@ while a phase runs (:func:`apply_burst`, :class:`MarkerWriter`) and :func:`visib
 both Delta logs to time each marked change from its commit in MariaDB to its mirror commit.
 
 Run directly only by the parent: ``python benchmarks/pipeline_bench.py < spec.json``.
+
+Profiling the executors too: with ``SPARK_CDC_BENCH_PY_SPY=<dir>`` (and ``py-spy`` installed,
+``pip install py-spy``), each phase runs under ``py-spy record --subprocesses``, which samples the
+driver and every Python worker Spark forks; the collapsed stacks go to ``<dir>/<phase>.txt`` and
+``benchmarks/py_spy_summary.py`` says where each process kind spent its samples.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import os
 import pstats
 import queue
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -434,6 +440,20 @@ class PhaseFailed(RuntimeError):
     """A phase's child process failed; the message holds the tail of its log."""
 
 
+def _profiled(command: list[str], log_path: Path) -> list[str]:
+    """``command`` under py-spy when ``SPARK_CDC_BENCH_PY_SPY`` names a folder (module doc)."""
+    folder = os.environ.get("SPARK_CDC_BENCH_PY_SPY")
+    if not folder:
+        return command
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if not Path(spy).exists():
+        raise SystemExit("SPARK_CDC_BENCH_PY_SPY is set but py-spy is not installed: pip install py-spy")
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    out = Path(folder) / f"{log_path.stem}.txt"
+    return [spy, "record", "--subprocesses", "--rate", "250", "--format", "raw", "--output", str(out),
+            "--", *command]
+
+
 class ChildPhase:
     """Run one phase in a child process, sampling memory until it reports its result.
 
@@ -447,7 +467,7 @@ class ChildPhase:
         env = {**os.environ, "SPARK_CDC_SPARK_LOG_LEVEL": os.environ.get("SPARK_CDC_SPARK_LOG_LEVEL", "ERROR")}
         self.log_path = log_path
         self._log = open(log_path, "w")  # noqa: SIM115  (closed in wait)
-        self.proc = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen(_profiled([sys.executable, __file__], log_path), stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self._log, text=True, env=env)
         assert self.proc.stdin is not None
         self.proc.stdin.write(json.dumps(spec))
