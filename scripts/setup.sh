@@ -4,7 +4,8 @@
 #                    Maven (Spark, the Kafka broker, resolving the jars), PostgreSQL, and
 #                    libmariadb-dev, pkg-config and gcc to build the optional mysqlclient backend;
 #   Python:          a virtualenv in $VENV (default .venv) with the project and its extras;
-#   JVM jars:        scripts/jars.sh resolves jvm/*/pom.xml from Maven Central into jars/, once.
+#   JVM jars:        scripts/jars.sh resolves jvm/*/pom.xml from Maven Central into jars/, once;
+#   start-up:        scripts/pyspark_bytecode.py compiles PySpark's zips (Spark's Python processes).
 # Usage: scripts/setup.sh [--bench]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -53,6 +54,8 @@ echo "setup: installing spark-cdc[$EXTRAS] into $VENV"
 # optional: a build failure leaves the pymysql and connectorx backends (tests/test_fetch.py skips it)
 "$VENV/bin/python" -c 'import MySQLdb' 2>/dev/null || "$VENV/bin/python" -m pip install -q -e ".[mysqlclient]" \
   || echo "setup: WARNING: mysqlclient did not build (see above); its tests will be skipped" >&2
+# Spark's Python processes import PySpark from its zips, compiling it in each one: add bytecode
+"$VENV/bin/python" scripts/pyspark_bytecode.py
 scripts/jars.sh "$VENV/bin/python"
 if (( want_bench )); then  # the Flink CDC and Debezium harnesses of benchmarks/peers.py (Maven Central, once)
   "$VENV/bin/python" benchmarks/peers.py --build-only
