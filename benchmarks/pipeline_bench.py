@@ -103,17 +103,17 @@ def pipeline_phase(spec: dict[str, Any]) -> dict[str, Any]:
     """
     import sinks.delta.sink
     from cdc.app.config import parse_config
-    from cdc.app.runner import JobRunner
+    from cdc.app.runner import JobRunner, jvm_merges
     from cdc.spark.commit import BatchCommitter
     from cdc.spark.session import local_session
     from cdc.spark.source import SourceSpec, bound_source
 
-    spark = local_session("spark-cdc-bench", parallelism=spec["parallelism"],
-                          **{"spark.sql.streaming.numRecentProgressUpdates": "1000"})
     config = parse_config({"source": spec["source"],
                            "sink": {"type": "delta", "path": spec["lake"], **spec.get("sink_options", {})},
                            "checkpoint": spec["checkpoint"], "state_dir": spec["state_dir"],
                            "parallelism": spec["parallelism"]}, warn_plain_password=False)
+    spark = local_session("spark-cdc-bench", parallelism=spec["parallelism"], light_jvm=not jvm_merges(config),
+                          **{"spark.sql.streaming.numRecentProgressUpdates": "1000"})  # as the job's session
     runner = JobRunner(config, spark)
     schemas = runner.check()
     noop = spec.get("sink") == "noop"
@@ -408,6 +408,8 @@ class RssPeaks:
     workers_total: float = 0.0  # the most RSS the Python workers held at one moment
     tree_total: float = 0.0  # the most RSS the whole tree held at one moment
     mariadbd: float = 0.0  # the server's RSS, highest sample during the phase
+    cpu: dict[int, tuple[str, float]] = field(default_factory=dict)  # pid -> role, CPU seconds so far
+    server_cpu: list[float] = field(default_factory=list)  # the server's CPU seconds, first and last sample
 
     def sample(self, root: int, server_pid: int | None) -> None:
         import psutil  # type: ignore[import-untyped]
@@ -421,6 +423,8 @@ class RssPeaks:
             with contextlib.suppress(psutil.Error):
                 role, rss = _role(proc, root), _status_kib(proc.pid, "VmRSS") / 1024
                 hwm = _status_kib(proc.pid, "VmHWM") / 1024
+                times = proc.cpu_times()
+                self.cpu[proc.pid] = (role, times.user + times.system)
                 self.by_role[role] = max(self.by_role.get(role, 0.0), hwm)
                 tree += rss
                 workers += rss if role == "python workers" else 0.0
@@ -428,12 +432,28 @@ class RssPeaks:
         self.tree_total = max(self.tree_total, tree)
         if server_pid:
             self.mariadbd = max(self.mariadbd, _status_kib(server_pid, "VmRSS") / 1024)
+            with contextlib.suppress(psutil.Error):
+                times = psutil.Process(server_pid).cpu_times()
+                self.server_cpu[1:] = [times.user + times.system]
+                if len(self.server_cpu) == 1:
+                    self.server_cpu.insert(0, self.server_cpu[0])
 
     def to_dict(self) -> dict[str, float]:
         d: dict[str, float] = {k: round(v) for k, v in sorted(self.by_role.items())}
         d.update(workers_total=round(self.workers_total), tree_total=round(self.tree_total),
                  mariadbd=round(self.mariadbd))
         return d
+
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU seconds (user + system) the phase's processes used, by role, and the server's
+        during the phase: where the 2 cores went. A process is counted up to its last sample
+        (every :data:`SAMPLE_S`), so a short-lived one may be missed."""
+        by_role: dict[str, float] = {}
+        for role, seconds in self.cpu.values():
+            by_role[role] = by_role.get(role, 0.0) + seconds
+        if self.server_cpu:
+            by_role["mariadbd"] = self.server_cpu[-1] - self.server_cpu[0]
+        return {k: round(v, 1) for k, v in sorted(by_role.items(), key=lambda kv: -kv[1])}
 
 
 class PhaseFailed(RuntimeError):
@@ -515,7 +535,8 @@ class ChildPhase:
                     result = event
                 elif on_event is not None:
                     on_event(event)
-            self.proc.wait(timeout=120)
+            # py-spy writes its samples after the whole process tree has ended: give it time
+            self.proc.wait(timeout=900 if os.environ.get("SPARK_CDC_BENCH_PY_SPY") else 120)
             return result
         finally:
             self._done.set()

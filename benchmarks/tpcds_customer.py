@@ -76,6 +76,7 @@ from tpcds import CustomerTable, Writer, customer_rows, customer_sandbox
 from binlog.mysql.reader import current_offset
 
 RESULTS = Path(__file__).with_name("results")
+CORES = os.cpu_count() or 1
 KEY = "c_customer_sk"
 SERVER_IDS = "5400-5409"
 BURST = 300_000  # default updates of the catch-up burst
@@ -218,7 +219,7 @@ class Bench:
             f", {SKIP}" if backfill_skip else "")
         detail = _pipeline_detail(r)
         detail.update(mirror_rows=mirror, mirror_ok=mirror == self.table.rows, chunks_per_batch=cpb,
-                      **_after_start_up(r, r["snapshot_rows"]))
+                      cpu_s=child.rss.cpu_seconds(), **_after_start_up(r, r["snapshot_rows"]))
         if writer is not None:
             detail["writes"] = {"updates": writer.updates, "seconds": round(writer.seconds, 1),
                                 "error": writer.error}
@@ -278,7 +279,7 @@ class Bench:
             r = child.wait()
             detail = _pipeline_detail(r)
             detail.update(expected_changes=changed, changes_ok=r["change_rows"] == changed,
-                          mirror_drain_s=r.get("drain_s"), max_batch_bytes=cap)
+                          mirror_drain_s=r.get("drain_s"), max_batch_bytes=cap, cpu_s=child.rss.cpu_seconds())
             name = f"binlog catch-up p={p} ({changed:,} updates)" if cap == "default" else \
                 f"catch-up p={p}, {changed:,} updates{_cap_label(cap)}"  # fits the table's column
             self.add(Line(name, "catch-up",
@@ -428,7 +429,10 @@ def explain(lines: list[Line], facts: dict[str, Any]) -> list[str]:
                    f"this after the last batch) {outside:.1f}s"
                    + (f" -> {ln.detail['rate_after_start_up']:,} rows/s without it"
                       if "rate_after_start_up" in ln.detail else "")
-                   + (f"; driver: {', '.join(f'{k} {v}s' for k, v in drv.items())}" if drv else ""))
+                   + (f"; driver: {', '.join(f'{k} {v}s' for k, v in drv.items())}" if drv else "")
+                   + (f"; CPU s by process (of {CORES * ln.seconds:.0f} on {CORES} cores): "
+                      f"{', '.join(f'{k} {v}' for k, v in ln.detail['cpu_s'].items())}"
+                      if ln.detail.get("cpu_s") else ""))
     model = batch_model(lines)
     if model:
         facts["batch_model"] = model
