@@ -197,8 +197,15 @@ def job_session(config: JobConfig) -> Any:
             builder = builder.config(key, value)
         spark = builder.getOrCreate()
     if spark is None:
-        spark = local_session("spark-cdc", parallelism=config.parallelism, catalog_dir=catalog_dir(config))
+        spark = local_session("spark-cdc", parallelism=config.parallelism, catalog_dir=catalog_dir(config),
+                              light_jvm=not jvm_merges(config))
     return spark
+
+
+def jvm_merges(config: JobConfig) -> bool:
+    """Whether a sink of the job merges in the JVM (delta-spark's engine), which wants the JVM's
+    default compilers and collector (:data:`cdc.spark.session.LIGHT_JVM_OPTIONS`)."""
+    return any(getattr(sink, "engine", None) == "delta-spark" for sink in config.sink)
 
 
 @contextlib.contextmanager
