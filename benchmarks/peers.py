@@ -257,7 +257,7 @@ class PeerBench:
         self.table, self.args, self.work, self.classpaths = table, args, work, classpaths
         self.login = peer_login(table.box.admin)
         self.ours = OursBench(table, argparse.Namespace(chunk_size=args.chunk_size, backend="auto",
-                                                        burst=args.burst), work)
+                                                        burst=args.burst, mirror_file_size="default"), work)
         self.runs: list[Run] = []
         self.facts: dict[str, Any] = {}
 
