@@ -434,9 +434,8 @@ class RssPeaks:
             self.mariadbd = max(self.mariadbd, _status_kib(server_pid, "VmRSS") / 1024)
             with contextlib.suppress(psutil.Error):
                 times = psutil.Process(server_pid).cpu_times()
-                self.server_cpu[1:] = [times.user + times.system]
-                if len(self.server_cpu) == 1:
-                    self.server_cpu.insert(0, self.server_cpu[0])
+                now = times.user + times.system
+                self.server_cpu = [self.server_cpu[0] if self.server_cpu else now, now]
 
     def to_dict(self) -> dict[str, float]:
         d: dict[str, float] = {k: round(v) for k, v in sorted(self.by_role.items())}
