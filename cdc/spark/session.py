@@ -18,6 +18,11 @@ DELTA_CONF = {
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
 }
 
+# The executors' Python daemon imports the tasks' modules once, before it forks the workers
+# (cdc.spark.daemon): a worker then starts without 1-2 s of imports. Local sessions only: their
+# workers run this interpreter (ensure_worker_python), which has the project installed.
+DAEMON_CONF = {"spark.python.daemon.module": "cdc.spark.daemon"}
+
 
 def ensure_worker_python() -> None:
     """Point Spark's Python workers at this interpreter unless the user chose one.
@@ -41,7 +46,10 @@ def project_conf() -> dict[str, str]:
 
 def submit_conf() -> dict[str, str]:
     """Delta's SQL settings for a session that spark-submit starts with delta-spark's jar
-    (``--jars`` or ``--packages``) but without them; nothing the user set is replaced."""
+    (``--jars`` or ``--packages``) but without them; nothing the user set is replaced.
+
+    The workers' daemon (:data:`DAEMON_CONF`) is not set here: with ``--py-files`` the executors'
+    Python cannot import it (README, "Run on a cluster")."""
     from pyspark import SparkConf
 
     conf = SparkConf()  # what spark-submit passed
@@ -79,7 +87,8 @@ LIGHT_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 def local_session(app_name: str = "spark-cdc", parallelism: int = 2, catalog_dir: str | Path | None = None,
                   light_jvm: bool = False, **conf: str) -> Any:
-    """Create (or get) a local SparkSession sized for this machine, with the project's jars.
+    """Create (or get) a local SparkSession sized for this machine, with the project's jars and
+    the preloading worker daemon (:data:`DAEMON_CONF`).
 
     Args:
         app_name: the Spark application name.
@@ -108,6 +117,7 @@ def local_session(app_name: str = "spark-cdc", parallelism: int = 2, catalog_dir
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.driver.memory": "2g",
         **({"spark.driver.extraJavaOptions": LIGHT_JVM_OPTIONS} if light_jvm else {}),
+        **DAEMON_CONF,
         **project_conf(),
         **(catalog_conf(catalog_dir) if catalog_dir is not None else {}),
         **conf,

@@ -1,0 +1,70 @@
+"""The executors' Python daemon (``cdc.spark.daemon``): workers forked from it have the tasks'
+modules already, and they work after the fork."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+from cdc.spark.daemon import preload
+
+# imported by a task of the job, by none of PySpark's own worker modules
+TASK_MODULES = ("pandas", "cdc.spark.tasks", "binlog.mysql.dialect", "binlog.postgres.dialect",
+                "sinks.delta.files", "sinks.kafka.sink")
+
+
+def _worker_state(_: Any) -> Any:
+    import os
+    import sys
+
+    with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
+        parent = f.read().split(b"\0")
+    return [b.decode() for b in parent], [m for m in TASK_MODULES if m in sys.modules]
+
+
+def test_a_sessions_workers_are_forked_from_the_preloading_daemon(spark: Any) -> None:
+    (parent, loaded), = spark.sparkContext.parallelize([0], 1).map(_worker_state).collect()
+    assert "cdc.spark.daemon" in parent, parent
+    assert loaded == list(TASK_MODULES)
+
+
+def test_a_module_that_does_not_import_is_left_to_the_worker() -> None:
+    assert preload(("json", "no_such_module_here")) == ["no_such_module_here"]
+
+
+FORKS = """
+import os, sys, tempfile
+from cdc.spark.daemon import preload
+assert preload() == [], preload()
+import numpy as np, pyarrow as pa, pyarrow.compute as pc, pyarrow.parquet as pq
+from deltalake import DeltaTable, write_deltalake
+children = []
+for i in range(6):
+    pid = os.fork()
+    if pid == 0:  # what a worker does: Arrow's thread pools, Parquet, delta-rs's runtime, NumPy
+        try:
+            d = tempfile.mkdtemp()
+            t = pa.table({"k": np.arange(200_000) * (i + 1), "v": pa.array(np.random.rand(200_000))})
+            pq.write_table(t, f"{d}/a.parquet")
+            back = pq.read_table(f"{d}/a.parquet", use_threads=True)
+            assert pc.sum(back["k"]).as_py() == sum(range(200_000)) * (i + 1)
+            write_deltalake(f"{d}/t", back)
+            assert DeltaTable(f"{d}/t").to_pyarrow_table().num_rows == 200_000
+            assert float(np.dot(back["v"].to_numpy(), back["v"].to_numpy())) > 0
+            os._exit(0)
+        except BaseException as e:
+            print(repr(e), file=sys.stderr)
+            os._exit(1)
+    children.append(pid)
+print([os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) for p in children])
+"""
+
+
+def test_workers_forked_after_the_preload_use_arrow_delta_and_numpy() -> None:
+    """The preloaded libraries' threads (jemalloc's purgers, OpenBLAS's pool) survive a fork:
+    six forked children each run threaded Arrow, a delta-rs write and NumPy, and exit cleanly
+    (a deadlock would time out)."""
+    out = subprocess.run([sys.executable, "-c", FORKS], capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split("\n")[-2] == str([0] * 6), out.stdout + out.stderr[-3000:]
