@@ -8,7 +8,13 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
 .PHONY: setup demo test lint typecheck unit bench bench-quick clean
 
-setup: $(STAMP)
+# A class-data-sharing archive of the Spark driver's classes, built once per install
+# (scripts/jvm_archive.py): a JVM start then skips loading and verifying Spark's classes (a session
+# start here: 24 s without, 10 s with). The tests map it, and so does a job's local session
+# (cdc.spark.session.light_jvm_options). A JVM with another classpath or JDK ignores it, quietly.
+JVM_ARCHIVE := $(VENV)/spark-classes.jsa
+
+setup: $(STAMP) $(JVM_ARCHIVE)
 
 $(STAMP): pyproject.toml scripts/setup.sh
 	scripts/setup.sh
@@ -21,18 +27,14 @@ demo: setup
 # machine busy; TEST_WORKERS=0 runs the suite in one process.
 TEST_WORKERS ?= 2
 # The tests start many short-lived Spark JVMs (spark-submit reads SPARK_SUBMIT_OPTS): C1 only and
-# the serial collector spend less CPU starting them on 2 cores (jobs users run keep the defaults).
+# the serial collector spend less CPU starting them on 2 cores (a job's local session uses the same:
+# cdc.spark.session.LIGHT_JVM_OPTIONS).
 TEST_JVM_OPTS ?= -XX:TieredStopAtLevel=1 -XX:+UseSerialGC
-
-# They also map a class-data-sharing archive of the Spark driver's classes, built once per install
-# (scripts/jvm_archive.py): a JVM start then skips loading and verifying Spark's classes (a session
-# start here: 24 s without, 10 s with). A JVM with another classpath or JDK ignores it, quietly.
-JVM_ARCHIVE := $(VENV)/spark-classes.jsa
-
+# They also map the class archive (JVM_ARCHIVE above), which is dumped with these options.
 $(JVM_ARCHIVE): $(STAMP) scripts/jvm_archive.py
 	SPARK_SUBMIT_OPTS="$(TEST_JVM_OPTS)" $(PY) scripts/jvm_archive.py $@
 
-test: setup lint typecheck $(JVM_ARCHIVE)
+test: setup lint typecheck
 	SPARK_SUBMIT_OPTS="$(TEST_JVM_OPTS) -XX:SharedArchiveFile=$(abspath $(JVM_ARCHIVE)) -Xlog:cds=off,cds+dynamic=off" \
 	  $(PY) -m pytest -v --durations=40 \
 	  $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist worksteal)

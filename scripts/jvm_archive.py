@@ -1,6 +1,7 @@
-"""Build a class-data-sharing archive of the Spark driver JVM's classes, for ``make test``.
+"""Build a class-data-sharing archive of the Spark driver JVM's classes, for the tests and for a
+job's local session (``cdc.spark.session.light_jvm_options`` maps ``<sys.prefix>/spark-classes.jsa``).
 
-Run: ``.venv/bin/python scripts/jvm_archive.py ARCHIVE`` (``make test`` does, once per install).
+Run: ``.venv/bin/python scripts/jvm_archive.py ARCHIVE`` (``make setup`` does, once per install).
 
 The test suite starts well over a hundred short-lived Spark JVMs (drivers it SIGKILLs and restarts,
 ``python -m cdc`` commands, sessions), and on 2 cores most of each start is loading and verifying

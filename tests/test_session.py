@@ -11,7 +11,7 @@ import pytest
 
 from cdc.app.config import parse_config
 from cdc.app.runner import jvm_merges
-from cdc.spark.session import LIGHT_JVM_OPTIONS
+from cdc.spark.session import LIGHT_JVM_OPTIONS, jvm_archive, light_jvm_options
 
 SOURCE = {"username": "cdc", "password": "pw", "tables": ["shop\\..*"]}
 
@@ -39,3 +39,17 @@ def test_the_light_jvm_options_reach_the_driver_jvm(light: bool) -> None:
     assert out.returncode == 0, out.stderr[-2000:]
     args = out.stdout.split()
     assert all(flag in args for flag in LIGHT_JVM_OPTIONS.split()) == light, args
+    if jvm_archive() is not None:  # `make setup` built it: the light JVM maps it
+        assert (f"-XX:SharedArchiveFile={jvm_archive()}" in args) == light, args
+
+
+def test_the_light_jvm_maps_the_environments_class_archive_when_there_is_one(tmp_path: Any) -> None:
+    assert light_jvm_options(tmp_path) == LIGHT_JVM_OPTIONS
+    (tmp_path / "spark-classes.jsa").write_bytes(b"")
+    assert light_jvm_options(tmp_path).split() == [*LIGHT_JVM_OPTIONS.split(),
+                                                   f"-XX:SharedArchiveFile={tmp_path / 'spark-classes.jsa'}",
+                                                   "-Xlog:cds=off,cds+dynamic=off"]
+    blank = tmp_path / "a b"
+    blank.mkdir()
+    (blank / "spark-classes.jsa").write_bytes(b"")
+    assert light_jvm_options(blank) == LIGHT_JVM_OPTIONS  # Spark would cut the path at the blank

@@ -84,6 +84,26 @@ def catalog_conf(directory: str | Path) -> dict[str, str]:
 # 2M-update catch-up 1.11x. A mirror merged by delta-spark runs in the JVM, and keeps the defaults.
 LIGHT_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
+# `make setup` dumps Spark's driver classes, parsed and verified, into a class-data-sharing archive
+# of this environment (scripts/jvm_archive.py, with LIGHT_JVM_OPTIONS); a JVM that maps it skips
+# that work at start. A JVM with another classpath or JDK ignores it quietly.
+JVM_ARCHIVE = "spark-classes.jsa"
+
+
+def jvm_archive(prefix: str | Path = sys.prefix) -> Path | None:
+    """This environment's class-data-sharing archive of Spark's classes, if `make setup` built it
+    (and its path has no blank, which Spark's option splitting would cut)."""
+    path = Path(prefix) / JVM_ARCHIVE
+    return path if path.is_file() and not any(c.isspace() for c in str(path)) else None
+
+
+def light_jvm_options(prefix: str | Path = sys.prefix) -> str:
+    """:data:`LIGHT_JVM_OPTIONS`, plus the environment's class archive when there is one."""
+    archive = jvm_archive(prefix)
+    if archive is None:
+        return LIGHT_JVM_OPTIONS
+    return f"{LIGHT_JVM_OPTIONS} -XX:SharedArchiveFile={archive} -Xlog:cds=off,cds+dynamic=off"
+
 
 def local_session(app_name: str = "spark-cdc", parallelism: int = 2, catalog_dir: str | Path | None = None,
                   light_jvm: bool = False, **conf: str) -> Any:
@@ -96,7 +116,8 @@ def local_session(app_name: str = "spark-cdc", parallelism: int = 2, catalog_dir
         catalog_dir: keep the catalog (tables by name) in this directory (see :func:`catalog_conf`);
             None: Spark's in-memory catalog.
         light_jvm: start the driver JVM with :data:`LIGHT_JVM_OPTIONS` (C1 only, the serial
-            collector), for a JVM that does no heavy work; ``spark.driver.extraJavaOptions`` in
+            collector) and the class archive (:func:`light_jvm_options`), for a JVM that does
+            no heavy work; ``spark.driver.extraJavaOptions`` in
             ``conf`` wins. Ignored when this process's JVM is already running.
         **conf: extra Spark settings (dots as in Spark: pass a dict with ``**{"a.b": "c"}``).
 
@@ -116,7 +137,7 @@ def local_session(app_name: str = "spark-cdc", parallelism: int = 2, catalog_dir
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.driver.memory": "2g",
-        **({"spark.driver.extraJavaOptions": LIGHT_JVM_OPTIONS} if light_jvm else {}),
+        **({"spark.driver.extraJavaOptions": light_jvm_options()} if light_jvm else {}),
         **DAEMON_CONF,
         **project_conf(),
         **(catalog_conf(catalog_dir) if catalog_dir is not None else {}),
