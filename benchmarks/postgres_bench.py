@@ -19,7 +19,8 @@ in one run on the same data:
   numPartitions = parallelism (the PostgreSQL JDBC driver of jars/spark, ``fetchsize`` streaming),
   written as Parquet by the JVM;
 * **ours**: the snapshot phase of the real job (available-now, startup mode ``initial``) into the
-  Delta mirror and changelog, at parallelism 2 (``--parallelism``), ``chunks_per_batch`` 4 x p;
+  Delta mirror and changelog, at parallelism 2 (``--parallelism``), ``chunks_per_batch`` the
+  job's default of 16 x p (``--chunks-per-batch``; 4 x p until 2026-11-26);
 * **catch-up**: ``--updates`` row updates (``UPDATE ... WHERE key BETWEEN a AND b``, 1,000 rows each)
   after the snapshot, then one available-now run: changes/s into both tables, from the query's
   start until the mirror holds the last change;
@@ -612,7 +613,7 @@ class Bench:
 def run(bench: Bench) -> None:
     """Every phase, in order (the snapshot leaves the checkpoint that catch-up and latency continue)."""
     p = bench.args.parallelism
-    cpb = 4 * p
+    cpb = bench.args.chunks_per_batch or 16 * p  # the job's default
     bench.raw_scan("raw scan, warm-up (psql COPY TO STDOUT)")
     bench.raw_scan("raw scan (psql COPY TO STDOUT)")
     bench.single_reader()
@@ -629,6 +630,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="100k updates and a 10 s latency window")
     p.add_argument("--parallelism", type=int, default=2, help="parallelism of ours and the JDBC peer")
     p.add_argument("--chunk-size", type=int, default=8096, help="rows per snapshot chunk")
+    p.add_argument("--chunks-per-batch", type=int, default=None,
+                   help="chunks staged per micro-batch (default: the job's, 16 x parallelism)")
     p.add_argument("--updates", type=int, default=UPDATES, help="row updates applied before the catch-up run")
     p.add_argument("--latency-rate", type=float, default=1000.0, help="single-row updates/s of the latency run")
     p.add_argument("--latency-seconds", type=float, default=30.0, help="how long the measured latency window is")
