@@ -27,11 +27,13 @@ def test_only_a_delta_spark_mirror_keeps_the_jvm_defaults() -> None:
                               {"type": "delta", "path": "./lake", "engine": "delta-spark"}))
 
 
-@pytest.mark.parametrize("light", [True, False])
-def test_the_light_jvm_options_reach_the_driver_jvm(light: bool) -> None:
-    """The options go through spark-submit's launch of the JVM, not only into the conf."""
+@pytest.mark.parametrize("light, catalog", [(True, True), (False, True), (True, False)])
+def test_the_light_jvm_options_reach_the_driver_jvm(light: bool, catalog: bool, tmp_path: Any) -> None:
+    """The options go through spark-submit's launch of the JVM, not only into the conf, and they
+    share the setting with the catalog's Derby properties (a job's session has both)."""
+    where = repr(str(tmp_path / "catalog")) if catalog else None
     code = ("from cdc.spark.session import local_session\n"
-            f"s = local_session('t', parallelism=1, light_jvm={light})\n"
+            f"s = local_session('t', parallelism=1, light_jvm={light}, catalog_dir={where})\n"
             "print(' '.join(s._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments()))\n"
             "s.stop()\n")
     env = {k: v for k, v in os.environ.items() if k != "SPARK_SUBMIT_OPTS"}  # the tests' own JVM flags
@@ -41,6 +43,7 @@ def test_the_light_jvm_options_reach_the_driver_jvm(light: bool) -> None:
     assert all(flag in args for flag in LIGHT_JVM_OPTIONS.split()) == light, args
     if jvm_archive() is not None:  # `make setup` built it: the light JVM maps it
         assert (f"-XX:SharedArchiveFile={jvm_archive()}" in args) == light, args
+    assert (f"-Dderby.system.home={tmp_path / 'catalog'}" in args) == catalog, args
 
 
 def test_the_light_jvm_maps_the_environments_class_archive_when_there_is_one(tmp_path: Any) -> None:

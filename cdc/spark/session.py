@@ -18,6 +18,8 @@ DELTA_CONF = {
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
 }
 
+JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+
 # The executors' Python daemon imports the tasks' modules once, before it forks the workers
 # (cdc.spark.daemon): a worker then starts without 1-2 s of imports. Local sessions only: their
 # workers run this interpreter (ensure_worker_python), which has the project installed.
@@ -72,7 +74,7 @@ def catalog_conf(directory: str | Path) -> dict[str, str]:
         "spark.sql.warehouse.dir": str(path / "warehouse"),
         "spark.hadoop.datanucleus.schema.autoCreateAll": "true",
         "spark.hadoop.hive.metastore.schema.verification": "false",
-        "spark.driver.extraJavaOptions": f"-Dderby.system.home={path} -Dderby.stream.error.file={path / 'derby.log'}",
+        JAVA_OPTIONS: f"-Dderby.system.home={path} -Dderby.stream.error.file={path / 'derby.log'}",
     }
 
 
@@ -130,6 +132,9 @@ def local_session(app_name: str = "spark-cdc", parallelism: int = 2, catalog_dir
     ensure_worker_python()
     from pyspark.sql import SparkSession
 
+    catalog = catalog_conf(catalog_dir) if catalog_dir is not None else {}
+    # the light JVM's options and the catalog's Derby properties share the one setting
+    java = " ".join(o for o in (light_jvm_options() if light_jvm else "", catalog.pop(JAVA_OPTIONS, "")) if o)
     settings = {
         "spark.sql.shuffle.partitions": str(parallelism),
         "spark.ui.enabled": "false",
@@ -137,10 +142,10 @@ def local_session(app_name: str = "spark-cdc", parallelism: int = 2, catalog_dir
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.driver.memory": "2g",
-        **({"spark.driver.extraJavaOptions": light_jvm_options()} if light_jvm else {}),
         **DAEMON_CONF,
         **project_conf(),
-        **(catalog_conf(catalog_dir) if catalog_dir is not None else {}),
+        **catalog,
+        **({JAVA_OPTIONS: java} if java else {}),
         **conf,
     }
     if catalog_dir is not None:
