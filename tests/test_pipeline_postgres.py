@@ -207,3 +207,63 @@ def test_driver_killed_at_random_moments_is_exact(pipeline: PgPipeline, pg_admin
     pipeline.run()
     assert kills == 3
     check_all(pipeline)
+
+
+# --- startup modes that start in the slot's log ----------------------------------------------------
+
+@pytest.mark.parametrize(("mode", "first", "second"), [
+    ("earliest-offset", 10, 13),  # the slot's position: every insert since the slot was made
+    ("specific-offset", 6, 9),    # from a WAL position taken after the 4th insert
+    ("timestamp", 6, 9),          # from the first transaction that committed at or after a time
+])
+def test_startup_modes_from_the_slot(mode: str, first: int, second: int, pipeline: PgPipeline,
+                                     pg_admin: Any) -> None:
+    pg_admin.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+    dialect = create_dialect(pipeline.config().source)
+    with contextlib.closing(dialect.connect()) as conn:
+        dialect.check_source(conn)  # the publication and the slot, as the job's start makes them
+    for i in range(4):  # one transaction each
+        pg_admin.execute("INSERT INTO t VALUES (%s, 'v')", (i,))
+    row = pg_admin.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()
+    time.sleep(0.05)
+    pipeline.source = {"startup_mode": mode}
+    if mode == "specific-offset":
+        pipeline.source["startup_offset"] = {"lsn": row[0]}
+    if mode == "timestamp":
+        pipeline.source["startup_timestamp_ms"] = int(time.time() * 1000)
+    time.sleep(0.05)
+    for i in range(4, 10):
+        pg_admin.execute("INSERT INTO t VALUES (%s, 'v')", (i,))
+    pipeline.run()
+    assert (pipeline.mirror("t").num_rows if (pipeline.lake / pipeline.schema / "t").exists() else 0) == first
+    for i in range(10, 13):
+        pg_admin.execute("INSERT INTO t VALUES (%s, 'v')", (i,))
+    pg_admin.execute("UPDATE t SET v = 'changed' WHERE id = 10")
+    pipeline.run()
+    mirror = pipeline.mirror("t")
+    assert mirror.num_rows == second
+    assert {r["id"]: r["v"] for r in mirror.to_pylist()}[10] == "changed"
+
+
+def test_a_specific_offset_the_slot_no_longer_holds_is_refused(pipeline: PgPipeline, pg_admin: Any) -> None:
+    """The job stops at its first plan, before a batch: no row written, the slot not moved."""
+    pg_admin.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+    pg_admin.execute("INSERT INTO t VALUES (1, 'v')")
+    pipeline.source = {"startup_mode": "specific-offset", "startup_offset": {"lsn": "0/10"}}
+    with pytest.raises(Exception, match=r"startup_offset 0/10 is before replication slot .* confirmed position"):
+        pipeline.run()
+    confirmed = pipeline.slot_confirmed()
+    pg_admin.execute("INSERT INTO t VALUES (2, 'v')")
+    with pytest.raises(Exception, match=r"startup_offset 0/10 is before replication slot .* confirmed position"):
+        pipeline.run()
+    assert pipeline.slot_confirmed() == confirmed
+    assert (pipeline.mirror("t").num_rows if (pipeline.lake / pipeline.schema / "t").exists() else 0) == 0
+
+
+def test_a_startup_offset_that_is_not_an_lsn_is_a_config_error(pipeline: PgPipeline) -> None:
+    pipeline.source = {"startup_mode": "specific-offset", "startup_offset": {"lsn": "16B3748"}}
+    with pytest.raises(Exception, match="not a WAL position like '0/16B3748'"):
+        pipeline.config()
+    pipeline.source = {"startup_mode": "specific-offset"}
+    with pytest.raises(Exception, match="needs startup_offset"):
+        pipeline.config()

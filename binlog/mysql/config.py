@@ -53,7 +53,6 @@ class MySqlSourceConfig(SourceConfig):
                            "(`5400` or a range `5400-5404`); unique among the server's replicas")
     startup_offset: SpecificOffset | None = Field(default=None, description="where `specific-offset` starts: "
                                                   "`{file, pos}` or `{gtid}`")
-    startup_timestamp_ms: int | None = Field(default=None, ge=0, description="epoch milliseconds for `timestamp`")
     stream_split_bytes: int = Field(default=16 * 1024 * 1024, gt=0, description="a catch-up batch's binlog "
                                     "slice is read by several tasks (up to `parallelism`, one server id each) "
                                     "when it holds at least twice this many bytes; each decodes its own piece")
@@ -85,8 +84,6 @@ class MySqlSourceConfig(SourceConfig):
     def _startup(self) -> MySqlSourceConfig:
         if self.startup_mode == "specific-offset" and self.startup_offset is None:
             raise ValueError("startup_mode specific-offset needs startup_offset: {file, pos} or {gtid}")
-        if self.startup_mode == "timestamp" and self.startup_timestamp_ms is None:
-            raise ValueError("startup_mode timestamp needs startup_timestamp_ms")
         return self
 
     @model_validator(mode="after")

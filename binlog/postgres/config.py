@@ -5,11 +5,29 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
-from cdc.model.config import SchemaChangeConfig, SourceConfig
+from binlog.postgres.positions import parse_lsn
+from cdc.model.config import ConfigModel, SchemaChangeConfig, SourceConfig
 
 _SLOT = re.compile(r"^[a-z0-9_]{1,63}$")
+
+
+class PgStartupOffset(ConfigModel):
+    """Where ``startup_mode: specific-offset`` starts: a WAL position."""
+
+    lsn: str = Field(description="a WAL position as PostgreSQL writes it (`0/16B3748`, as in the job's offsets "
+                     "and `pg_current_wal_lsn()`): the stream reads the transactions that commit at or after "
+                     "it. The job's slot must still hold it")
+
+    @field_validator("lsn")
+    @classmethod
+    def _lsn(cls, value: str) -> str:
+        try:
+            parse_lsn(value)
+        except ValueError:
+            raise ValueError(f"{value!r} is not a WAL position like '0/16B3748'") from None
+        return value
 
 
 class PostgresSourceConfig(SourceConfig):
@@ -30,6 +48,8 @@ class PostgresSourceConfig(SourceConfig):
                                "another session of this job uses it")
     snapshot_wait_s: float = Field(default=300.0, gt=0, description="how long a chunk read waits for the "
                                    "transactions that were committing when it took its low watermark")
+    startup_offset: PgStartupOffset | None = Field(default=None, description="where `specific-offset` "
+                                                   "starts: `{lsn}`")
     name: str = Field(default="postgres", description="the logical source name (Debezium's `topic.prefix`, "
                       "`source.name` in every change)")
     schema_change: SchemaChangeConfig = Field(default_factory=SchemaChangeConfig, description="how a changed "
@@ -42,6 +62,12 @@ class PostgresSourceConfig(SourceConfig):
         if value is not None and not _SLOT.match(value):
             raise ValueError(f"{value!r}: slot names are 1-63 lower-case letters, digits and underscores")
         return value
+
+    @model_validator(mode="after")
+    def _startup(self) -> PostgresSourceConfig:
+        if self.startup_mode == "specific-offset" and self.startup_offset is None:
+            raise ValueError("startup_mode specific-offset needs startup_offset: {lsn: '0/16B3748'}")
+        return self
 
     @property
     def slot(self) -> str:

@@ -36,6 +36,7 @@ from binlog.postgres.server import (
     check_wal_level,
     ensure_publication,
     ensure_slot,
+    first_commit_at_or_after,
     flush_lsn,
     slot_info,
     wait_for_committing,
@@ -156,11 +157,29 @@ class PostgresDialect(Dialect, SupportsLogRelease, SupportsSchemaHistory, Suppor
             if info is None or info.confirmed is None:
                 raise ConfigError(f"startup_mode earliest-offset: replication slot {s.slot!r} does not exist yet")
             return info.confirmed
-        if s.startup_mode in ("specific-offset", "timestamp"):
-            raise ConfigError(f"source.startup_mode {s.startup_mode} is not supported for postgres yet: use "
-                              "initial, snapshot, latest-offset or earliest-offset (the slot's position)",
+        if s.startup_mode not in ("specific-offset", "timestamp"):
+            return None
+        info = slot_info(conn, s.slot)  # check_source made it
+        if info is None or info.confirmed is None:
+            raise ConfigError(f"startup_mode {s.startup_mode}: replication slot {s.slot!r} does not exist yet",
                               key="source.startup_mode")
-        return None
+        current = flush_lsn(conn)
+        if s.startup_mode == "timestamp":
+            assert s.startup_timestamp_ms is not None  # the config requires it
+            found = first_commit_at_or_after(conn, s.slot, s.publication_name, s.startup_timestamp_ms, current,
+                                             s.slot_wait_s)
+            return max(found or current, info.confirmed, key=lambda o: o.lsn)
+        assert s.startup_offset is not None  # the config requires it
+        start = LsnOffset.parse(s.startup_offset.lsn)
+        if start.is_before(info.confirmed):
+            raise ConfigError(f"source.startup_offset {start} is before replication slot {s.slot!r}'s confirmed "
+                              f"position {info.confirmed}: the slot no longer holds the changes before that. Start "
+                              f"at {info.confirmed} or later (startup_mode earliest-offset starts there)",
+                              key="source.startup_offset")
+        if current.is_before(start):
+            raise ConfigError(f"source.startup_offset {start} is after the server's current WAL position "
+                              f"{current}: give a position the server has written", key="source.startup_offset")
+        return start
 
     def offset_from_dict(self, data: dict[str, Any]) -> LsnOffset:
         return LsnOffset.from_dict(data)

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import errors as pgerrors
 
+from binlog.postgres.pgoutput import Begin, decode
 from binlog.postgres.positions import LsnOffset, format_lsn, parse_lsn
 from binlog.postgres.types import SESSION_SETTINGS, quote_ident, sql_table
 from cdc.model.config import TlsSettings
@@ -376,6 +377,24 @@ def check_start(conn: Any, slot: str, start: LsnOffset) -> None:
         raise BinlogPurged(f"replication slot {slot!r} was advanced to {info.confirmed}, past this job's position "
                            f"{start}: another job shares the slot. Give each job its own source.slot_name, and "
                            "start this one again with a new checkpoint", slot=slot)
+
+
+def first_commit_at_or_after(conn: Any, slot: str, publication: str, ts_ms: int, upto: LsnOffset,
+                             wait_s: float) -> LsnOffset | None:
+    """The commit position of the first transaction the slot holds (up to ``upto``) that committed
+    at or after ``ts_ms``; None when there is none yet (``startup_mode: timestamp``, driver).
+
+    Peeks the slot without consuming it; only the Begin messages (``B``) leave the server.
+    """
+    rows = with_slot(lambda: conn.execute(
+        "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, NULL, 'proto_version', '1', "
+        "'publication_names', %s) WHERE get_byte(data, 0) = 66", (slot, format_lsn(upto.lsn), publication),
+    ).fetchall(), slot, wait_s)
+    for (data,) in rows:
+        begin = decode(data)
+        if isinstance(begin, Begin) and begin.ts_ms >= ts_ms:
+            return LsnOffset(begin.final_lsn)
+    return None
 
 
 def advance_slot(conn: Any, slot: str, to: LsnOffset, wait_s: float) -> None:

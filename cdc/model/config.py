@@ -77,6 +77,9 @@ class SourceConfig(ConfigModel):
                                       "`earliest-offset` (the log from its oldest position), `specific-offset` "
                                       "(the log from `startup_offset`), `timestamp` (the log from the first "
                                       "transaction at or after `startup_timestamp_ms`)")
+    startup_timestamp_ms: int | None = Field(default=None, ge=0, description="epoch milliseconds for "
+                                             "`timestamp`: the log from the first transaction that committed "
+                                             "at or after it (PostgreSQL: the first its slot still holds)")
     chunk_size: int = Field(default=8096, gt=0, description="rows per snapshot chunk")
     chunk_key_columns: dict[str, str] = Field(default_factory=dict, description="`db.table`: column, the chunk "
                                               "key of tables without a primary key")
@@ -165,6 +168,8 @@ class SourceConfig(ConfigModel):
     def _consistent(self) -> SourceConfig:
         if self.password is not None and self.password_file is not None:
             raise ValueError("give password or password_file, not both")
+        if self.startup_mode == "timestamp" and self.startup_timestamp_ms is None:
+            raise ValueError("startup_mode timestamp needs startup_timestamp_ms")
         if self.distribution_factor_lower > self.distribution_factor_upper:
             raise ValueError("distribution_factor_lower must not exceed distribution_factor_upper")
         if self.ssl_mode == "disable" and (self.ssl_ca or self.ssl_cert):
