@@ -1,8 +1,8 @@
 """Spark's Python daemon, with the modules of the project's tasks imported once, before it forks.
 
 Spark starts one daemon per executor (``spark.python.daemon.module``) and forks a worker from it
-for each Python task that finds no idle worker. PySpark's own daemon imports nothing, so every
-worker imported pyarrow, pandas (pyarrow's first ``pa.array`` of a NumPy array imports it), NumPy,
+for each Python task that finds no idle worker. PySpark's own daemon imports none of the task's
+modules, so every worker imported pyarrow, pandas (pyarrow's first ``pa.array`` of a NumPy array imports it), NumPy,
 the dialect and the sink writers itself: 1.0 to 2.0 s of CPU per worker on this 2-core machine,
 most of a short stream batch (py-spy, ``benchmarks/py_spy_summary.py``). A worker forked from
 this daemon has them already, in pages it shares with the daemon.
@@ -14,6 +14,8 @@ thread pool of its own at import; pyarrow's and delta-rs's start on first use, w
 worker does.
 
 Runs on the executors only: ``python -m cdc.spark.daemon <worker module>``, as Spark launches it.
+Only the task workers' daemon uses it; the daemons of PySpark's planners (``lookup_data_sources``,
+``create_data_source``, ``plan_data_source_read``) stay ``pyspark.daemon``.
 """
 
 from __future__ import annotations
