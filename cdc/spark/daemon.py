@@ -2,9 +2,9 @@
 
 Spark starts one daemon per executor (``spark.python.daemon.module``) and forks a worker from it
 for each Python task that finds no idle worker. PySpark's own daemon imports none of the task's
-modules, so every worker imported pyarrow, pandas (pyarrow's first ``pa.array`` of a NumPy array imports it), NumPy,
-the dialect and the sink writers itself: 1.0 to 2.0 s of CPU per worker on this 2-core machine,
-most of a short stream batch (py-spy, ``benchmarks/py_spy_summary.py``). A worker forked from
+modules, so every worker imported pyarrow, pandas (pyarrow's first ``pa.array`` of a NumPy array
+imports it), NumPy, the dialect and the sink writers itself: 1.0 to 2.0 s of CPU per worker on
+this 2-core machine, most of a short stream batch (py-spy, ``benchmarks/py_spy_summary.py``). A worker forked from
 this daemon has them already, in pages it shares with the daemon.
 
 Forking after these imports is safe: the only threads they start are jemalloc's background purgers
