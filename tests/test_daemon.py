@@ -34,7 +34,7 @@ def test_a_module_that_does_not_import_is_left_to_the_worker() -> None:
 
 
 FORKS = """
-import os, sys, tempfile
+import os, shutil, sys, tempfile
 from cdc.spark.daemon import preload
 assert preload() == [], preload()
 import numpy as np, pyarrow as pa, pyarrow.compute as pc, pyarrow.parquet as pq
@@ -52,6 +52,7 @@ for i in range(6):
             write_deltalake(f"{d}/t", back)
             assert DeltaTable(f"{d}/t").to_pyarrow_table().num_rows == 200_000
             assert float(np.dot(back["v"].to_numpy(), back["v"].to_numpy())) > 0
+            shutil.rmtree(d)
             os._exit(0)
         except BaseException as e:
             print(repr(e), file=sys.stderr)

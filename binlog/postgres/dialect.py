@@ -152,17 +152,14 @@ class PostgresDialect(Dialect, SupportsLogRelease, SupportsSchemaHistory, Suppor
 
     def startup_offset(self, conn: Any) -> LsnOffset | None:
         s = self.postgres
-        if s.startup_mode == "earliest-offset":
-            info = slot_info(conn, s.slot)
-            if info is None or info.confirmed is None:
-                raise ConfigError(f"startup_mode earliest-offset: replication slot {s.slot!r} does not exist yet")
-            return info.confirmed
-        if s.startup_mode not in ("specific-offset", "timestamp"):
+        if s.startup_mode not in ("earliest-offset", "specific-offset", "timestamp"):
             return None
         info = slot_info(conn, s.slot)  # check_source made it
         if info is None or info.confirmed is None:
             raise ConfigError(f"startup_mode {s.startup_mode}: replication slot {s.slot!r} does not exist yet",
                               key="source.startup_mode")
+        if s.startup_mode == "earliest-offset":
+            return info.confirmed
         current = flush_lsn(conn)
         if s.startup_mode == "timestamp":
             assert s.startup_timestamp_ms is not None  # the config requires it
