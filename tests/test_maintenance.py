@@ -5,6 +5,7 @@ no server; the exactly-once suites run with maintenance every 3 batches, tests/p
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +82,84 @@ def test_a_job_run_in_short_runs_is_maintained_too(tmp_path: Path) -> None:
         runs.append(maintainer.runs)
     assert runs == [0, 0, 1, 0, 0]
     assert [h["operation"] for h in delta(sink, "changelog").history()].count("OPTIMIZE") == 1
+
+
+class Clock:
+    """The wall clock, moved forward by the test."""
+
+    def __init__(self) -> None:
+        self.ahead = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.ahead
+
+
+def optimizes(sink: DeltaTables) -> int:
+    return [h["operation"] for h in delta(sink, "changelog").history()].count("OPTIMIZE")
+
+
+def test_a_table_written_since_its_last_maintenance_is_maintained_once_the_interval_has_passed(tmp_path: Path) -> None:
+    """A table that gets a few batches an hour is maintained every ``interval_minutes``, far short
+    of ``every`` batches; one that nothing wrote since is left alone."""
+    sink, clock = tables(tmp_path, every=100, interval_minutes=10), Clock()
+    batches = cb.random_batches(4, seed=11)
+    maintainer = Maintainer(sink, clock=clock)
+    for batch_id in (0, 1):  # the first creates the tables: the interval counts from there
+        cb.write_batch(sink, S, cb.batch(S, batches[batch_id]), batch_id)
+        maintainer.wrote(S.table_id)
+    maintainer.run_due()
+    assert maintainer.runs == 0
+    assert 9 * 60 < (maintainer.seconds_until_due() or 0) <= 10 * 60
+    clock.ahead = 10 * 60 + 1
+    assert maintainer.seconds_until_due() == 0
+    maintainer.run_due()
+    assert (maintainer.runs, optimizes(sink)) == (1, 1)
+
+    clock.ahead = 30 * 60  # nothing written since: no maintenance, and no wake-up planned
+    assert maintainer.seconds_until_due() is None
+    maintainer.run_due()
+    assert maintainer.runs == 1
+
+    cb.write_batch(sink, S, cb.batch(S, batches[2]), 2)
+    maintainer.wrote(S.table_id)
+    clock.ahead = 15 * 60  # 5 minutes after the last maintenance
+    maintainer.run_due()
+    assert maintainer.runs == 1
+    clock.ahead = 20 * 60 + 1
+    maintainer.run_due()
+    assert (maintainer.runs, optimizes(sink)) == (2, 2)
+
+    # a new run reads the time of the last compaction back from the changelog's log
+    cb.write_batch(sink, S, cb.batch(S, batches[3]), 3)
+    later_clock = Clock()
+    later_clock.ahead = 10 * 60 + 1  # the next run starts more than 10 minutes after the compaction
+    later = Maintainer(sink, clock=later_clock)
+    later.wrote(S.table_id)
+    later.run_due()
+    assert later.runs == 1, "the interval counts from the compaction in the log, not from the run's start"
+
+
+def test_an_idle_job_is_maintained_when_a_table_falls_due_by_time(tmp_path: Path) -> None:
+    """The mirror follower wakes up for maintenance that falls due while no batch comes."""
+    sink = tables(tmp_path, every=100, interval_minutes=0.5 / 60)
+    maintainer = Maintainer(sink)
+    follower = MirrorFollower(sink, {S.table_id: S}, maintainer=maintainer)
+    model: dict[Any, Any] = {}
+    for batch_id, events in enumerate(cb.random_batches(2, seed=13)):
+        sink.write_changelog(S, cb.batch(S, events), batch_id)
+        maintainer.wrote(S.table_id)
+        follower.submit(batch_id, {S.table_id: cb.batch(S, events)})
+        cb.apply(model, S, events)
+    follower.drain()
+    deadline = time.monotonic() + 30
+    while maintainer.runs == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert maintainer.runs == 1, "no batch came, and the follower did not wake up for the maintenance due"
+    time.sleep(1)  # written by no batch since: it sleeps, and maintains nothing more
+    assert maintainer.runs == 1
+    follower.close()
+    assert optimizes(sink) == 1
+    assert cb.mirror_rows(sink, S) == cb.model_rows(model)
 
 
 def test_vacuum_keeps_the_changelog_files_that_a_mirror_behind_it_needs(tmp_path: Path) -> None:

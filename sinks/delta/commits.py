@@ -24,12 +24,14 @@ class MissingCommit(Exception):
 @dataclass(frozen=True)
 class Commit:
     """One commit: its version, the batch it carries (the app transaction of ``app_id``; None:
-    another writer's commit), its operation and the data files it added."""
+    another writer's commit), its operation, the data files it added and when it was made (epoch
+    milliseconds of its commitInfo; None: the writer recorded none)."""
 
     version: int
     batch: int | None
     operation: str | None
     added: list[str]
+    timestamp: int | None = None
 
 
 def table_fs(uri: str, storage_options: dict[str, str]) -> pafs.FileSystem:
@@ -53,4 +55,4 @@ def commits_newest_first(fs: pafs.FileSystem, newest: int, app_id: str) -> Itera
         txn = next((a["txn"] for a in actions if "txn" in a and a["txn"]["appId"] == app_id), None)
         info: dict[str, Any] = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
         yield Commit(version, None if txn is None else int(txn["version"]), info.get("operation"),
-                     [unquote(a["add"]["path"]) for a in actions if "add" in a])
+                     [unquote(a["add"]["path"]) for a in actions if "add" in a], info.get("timestamp"))

@@ -23,6 +23,11 @@ class MaintenanceConfig(ConfigModel):
                        "into files of the target size) after every this many batches that wrote the table "
                        "(counted across runs since its last compaction), then VACUUM them; `0` turns "
                        "maintenance off")
+    interval_minutes: float = Field(default=60, ge=0, description="also maintain a table once this many "
+                                    "minutes have passed since its last maintenance (or its creation) and a "
+                                    "batch has written it since, so that a table written by a few batches an "
+                                    "hour is not left for days with its small files; checked after each MERGE "
+                                    "and, with `async_mirror`, while the job is idle; `0`: by `every` only")
     mirror_file_size: int = Field(default=16 * MiB, gt=0, description="target size in bytes of the mirror's "
                                   "files, also set as its `delta.targetFileSize`: a MERGE rewrites each file "
                                   "holding a changed key whole, so this bounds a MERGE's work and memory")

@@ -136,8 +136,10 @@ class MirrorFollower:
     def _run(self) -> None:
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._queue or self._closed)
-                if not self._queue:
+                # idle, it wakes up when a table falls due for maintenance by time
+                idle = None if self.maintainer is None else self.maintainer.seconds_until_due()
+                self._cond.wait_for(lambda: self._queue or self._closed, timeout=idle)
+                if self._closed and not self._queue:
                     return
                 work, self._queue, self._busy = self._queue, [], True
             try:
@@ -146,8 +148,8 @@ class MirrorFollower:
                 if self.maintainer is not None:
                     self.maintainer.run_due()  # here, off the batches' path
             except BaseException as exc:  # handed to the caller's next submit/drain
-                log.error("mirror MERGE (or maintenance) after batches %d..%d failed: %s", work[0][0], work[-1][0],
-                          exc)
+                done = f"batches {work[0][0]}..{work[-1][0]}" if work else "an idle wait"
+                log.error("mirror MERGE (or maintenance) after %s failed: %s", done, exc)
                 with self._cond:
                     self._error, self._busy = exc, False
                     self._cond.notify_all()

@@ -6,10 +6,14 @@ the files holding changed keys, and a batch that touches every file writes its n
 files (:mod:`sinks.delta.rewrite`), so small files pile up there too. So the job maintains both
 tables (``sink.maintenance``, on by default):
 
-* **When:** after every ``every`` batches that wrote a table, once the mirror has merged them.
-  A process counts its own batches, after the batches the changelog committed since its last
-  compaction (read back once per table), so a job run in short runs (``--once`` on a schedule)
-  is maintained too. With ``async_mirror`` (the default) it runs in the mirror follower's
+* **When:** after every ``every`` batches that wrote a table, once the mirror has merged them,
+  or once ``interval_minutes`` have passed since the table's last maintenance (or its creation)
+  and a batch has written it since: a table that gets a few batches an hour would otherwise keep
+  its small files for days. A process counts its own batches, after the batches the changelog
+  committed since its last compaction, and takes the time of that compaction from the
+  changelog's log (both read back once per table), so a job run in short runs (``--once`` on a
+  schedule) is maintained too. The mirror follower wakes up for a table that falls due by time
+  while the job is idle. With ``async_mirror`` (the default) it runs in the mirror follower's
   thread, after a MERGE, and adds nothing to a batch's latency. A batch that waits for the
   follower (a snapshot commit, a schema change) waits for it too. Without ``async_mirror`` it
   runs at the end of the batch.
@@ -43,6 +47,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from deltalake import DeltaTable, WriterProperties
 
@@ -75,14 +80,18 @@ class Maintainer:
     Args:
         tables: the job's tables (the engine that compacts and vacuums them).
         hooks: passed ``maintenance`` before a table's maintenance (crash tests).
+        clock: the wall clock, in epoch seconds (tests move it).
     """
 
-    def __init__(self, tables: DeltaTables, hooks: Hooks = NO_HOOKS) -> None:
+    def __init__(self, tables: DeltaTables, hooks: Hooks = NO_HOOKS,
+                 clock: Callable[[], float] = time.time) -> None:
         self.tables = tables
         self.config = tables.config.maintenance
         self.hooks = hooks
+        self.clock = clock
         self.runs = 0
         self._written: dict[TableId, int] = {}
+        self._last: dict[TableId, float] = {}  # when each counted table was last maintained or created
         self._counted_before: set[TableId] = set()  # tables whose earlier runs' batches are counted
         self._lock = threading.Lock()
 
@@ -108,11 +117,31 @@ class Maintainer:
             self._written[table_id] = self._written.get(table_id, 0) + 1
 
     def due(self) -> list[TableId]:
-        """The tables written by ``every`` batches or more since their last maintenance."""
+        """The tables written by ``every`` batches or more since their last maintenance, or
+        written since and last maintained ``interval_minutes`` ago or earlier."""
         if not self.enabled:
             return []
         with self._lock:
-            return sorted(t for t, n in self._written.items() if n >= self.config.every)
+            return sorted(t for t, n in self._written.items()
+                          if n >= self.config.every or (n and self._seconds_left(t) == 0))
+
+    def seconds_until_due(self) -> float | None:
+        """How long until a table written since its last maintenance falls due by time (0: one
+        is due now); None: none will without another batch (the mirror follower sleeps until
+        then when idle)."""
+        if not self.enabled:
+            return None
+        with self._lock:
+            left = [self._seconds_left(t) for t, n in self._written.items() if n]
+        return min((s for s in left if s is not None), default=None)
+
+    def _seconds_left(self, table_id: TableId) -> float | None:
+        """Seconds until ``table_id``'s interval has passed; None: no interval, or the table's
+        last maintenance is not read back yet (:meth:`run_due` does that)."""
+        last = self._last.get(table_id)
+        if not self.config.interval_minutes or last is None:
+            return None
+        return max(0.0, last + self.config.interval_minutes * 60 - self.clock())
 
     def run_due(self) -> None:
         """Maintain every table that is due. Call it once the mirror has merged what the
@@ -128,19 +157,26 @@ class Maintainer:
 
     def _count_earlier_batches(self, table_id: TableId) -> None:
         """Count the commits that added changelog files since its last compaction (up to
-        ``every``; this process's own among them, so the count is the larger of the two)."""
+        ``every``; this process's own among them, so the count is the larger of the two), and
+        take the time of that compaction, or of the table's first commit."""
         changelog = self._table(table_id, "changelog")
         commits = 0
+        since = self.clock()  # a commit without a time: the interval counts from now
         try:
             for commit in commits_newest_first(table_fs(changelog.table_uri, self.tables.config.storage_options),
                                                changelog.version(), self.tables.app_id):
-                if commit.operation == "OPTIMIZE" or commits >= self.config.every:
+                if commits >= self.config.every:
+                    break
+                if commit.timestamp is not None:
+                    since = commit.timestamp / 1000
+                if commit.operation == "OPTIMIZE":
                     break
                 commits += bool(commit.added)
         except MissingCommit:  # the log's retention is behind us: long enough ago
             commits = self.config.every
         with self._lock:
             self._written[table_id] = max(self._written.get(table_id, 0), commits)
+            self._last.setdefault(table_id, since)
             self._counted_before.add(table_id)
 
     def maintain(self, table_id: TableId) -> None:
@@ -149,6 +185,7 @@ class Maintainer:
         self.hooks.reached("maintenance")
         with self._lock:
             self._written[table_id] = 0
+            self._last[table_id] = self.clock()
         try:
             self._maintain(table_id)
         except Exception as exc:
