@@ -16,7 +16,7 @@ from postgres_server import pg_dialect
 from binlog.postgres.dialect import PostgresDialect
 from binlog.postgres.pgoutput import UNCHANGED, Begin, Commit, Relation, RowChange, decode
 from binlog.postgres.positions import LsnOffset
-from binlog.postgres.server import SlotInUse, slot_info
+from binlog.postgres.server import SlotInUse, borrowed, slot_info
 from cdc.app.sandbox.postgres import PostgresSandbox
 from cdc.model.errors import (
     AuthenticationFailed,
@@ -310,3 +310,35 @@ def test_wrong_password_and_unreachable_host(postgres_server: PostgresSandbox, p
         pg_dialect(postgres_server, pg_database, port=free_port()).connect()
     with pytest.raises(ConfigError, match=r"source.database: 'nope' does not exist"):
         pg_dialect(postgres_server, "nope").connect()
+
+
+def test_chunk_reads_reuse_one_session_and_replace_a_dead_one(dialect: PostgresDialect, pg_admin: Any) -> None:
+    """An executor reads chunk after chunk on one server session (a new session forks a backend
+    and authenticates: 20 ms a chunk); a session the server ended is replaced, not an error, and
+    one that saw an error or left a transaction open is not kept."""
+    pg_admin.execute("CREATE TABLE c (id int PRIMARY KEY, v text)")
+    pg_admin.execute("INSERT INTO c SELECT g, 'v' || g FROM generate_series(1, 100) g")
+    schema = _schema(dialect, "c")
+    halves = [SnapshotSplit(schema.table_id, 0, "id", None, 50), SnapshotSplit(schema.table_id, 1, "id", 50, None)]
+
+    def backend() -> int:
+        with borrowed(dialect.settings) as conn:
+            return int(conn.execute("SELECT pg_backend_pid()").fetchone()[0])
+
+    first = backend()
+    assert [dialect.read_chunk(schema, split)[1].num_rows for split in halves] == [49, 51]
+    assert backend() == first, "each chunk read opened a session of its own"
+
+    pg_admin.execute("SELECT pg_terminate_backend(%s)", (first,))  # a DBA, or a server restart
+    assert sum(dialect.read_chunk(schema, split)[1].num_rows for split in halves) == 100
+    second = backend()
+    assert second != first
+
+    with pytest.raises(ZeroDivisionError), borrowed(dialect.settings):
+        raise ZeroDivisionError  # the work failed, on the executor's side
+    third = backend()
+    assert third != second, "a session that saw an error was kept"
+    with borrowed(dialect.settings) as conn:
+        conn.autocommit = False
+        conn.execute("SELECT 1")  # a transaction left open
+    assert backend() != third

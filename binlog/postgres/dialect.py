@@ -11,7 +11,6 @@ Chunk keys that are strings are compared in the ``"C"`` collation (byte order, w
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import io
 import logging
@@ -31,6 +30,7 @@ from binlog.postgres.reader import PostgresLogReader
 from binlog.postgres.server import (
     PgSettings,
     advance_slot,
+    borrowed,
     check_role,
     check_tables,
     check_wal_level,
@@ -214,7 +214,7 @@ class PostgresDialect(Dialect, SupportsLogRelease, SupportsSchemaHistory, Suppor
             wait_for_committing(conn, self.postgres.snapshot_wait_s)
             return lw
 
-        with contextlib.closing(self.connect()) as conn:
+        with borrowed(self.settings) as conn:
             lw, rows, self._read_as[table] = read_as_defined(
                 self._read_as.get(table, schema), split, functools.partial(lw_of, conn),
                 functools.partial(select_chunk, conn, split=split),
