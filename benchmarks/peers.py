@@ -24,7 +24,7 @@ are each tool's JSON (``JsonDebeziumDeserializationSchema``; the engine's ``Json
 consumer that counts them and writes nothing: **the peer's best case** (``--records raw`` counts
 the connector's records without converting them: an even better case). Ours writes the Delta
 mirror and changelog (the snapshot of benchmarks/tpcds_customer.py, available-now, startup mode
-``initial``, ``chunks_per_batch`` 4 x parallelism), then catches up on the same burst.
+``initial``, ``chunks_per_batch`` at the job's default, 16 x parallelism), then catches up on the same burst.
 
 Timing is the same for every tool: the process's wall time from its launch to the last record
 delivered (for us: the batch committed, and the mirror's last MERGE), so start-up (JVM, Flink's
@@ -73,6 +73,7 @@ PEER_USER = "peer"
 PEER_GRANTS = "SELECT, RELOAD, SHOW DATABASES, REPLICATION SLAVE, REPLICATION CLIENT, BINLOG MONITOR"
 SERVER_IDS = {"flink-cdc": "5500-5531", "debezium": "5600"}  # ours uses 5400-5409
 BURST = 300_000
+CHUNKS_PER_BATCH = 16  # x parallelism: the job's default (source.chunks_per_batch)
 
 
 # --- building the harnesses ------------------------------------------------------------------------
@@ -306,10 +307,10 @@ class PeerBench:
     def our_snapshot(self) -> Path:
         p = self.args.parallelism
         started_load = load()
-        job = self.ours.snapshot(p, 4 * p)
+        job = self.ours.snapshot(p, CHUNKS_PER_BATCH * p)
         line = self.ours.lines[-1]
         wall = self.ours.last.wall({"drain_s": line.detail.get("mirror_drain_s")})
-        self.add(Run("ours", "snapshot", f"chunks_per_batch {4 * p}", p, line.rows, wall, started_load,
+        self.add(Run("ours", "snapshot", f"chunks_per_batch {CHUNKS_PER_BATCH * p}", p, line.rows, wall, started_load,
                      "Delta mirror + changelog",
                      {"query_seconds": round(line.seconds, 2), **_slim(line.detail), "rss": line.rss}))
         return job
@@ -353,12 +354,12 @@ class PeerBench:
     def our_catch_up(self, job: Path, changed: int) -> None:
         p = self.args.parallelism
         started_load = load()
-        child = self.ours.start(f"ours-catch-up-p{p}", self.ours.pipeline_spec(job, p, 4 * p))
+        child = self.ours.start(f"ours-catch-up-p{p}", self.ours.pipeline_spec(job, p, CHUNKS_PER_BATCH * p))
         r = child.wait()
         detail = {"query_seconds": round(r["seconds"], 2), "expected": changed,
                   "changes_ok": r["change_rows"] == changed, "batches": r["batches"],
                   "mirror_drain_s": r.get("drain_s"), "progress": r["progress"], "rss": child.rss.to_dict()}
-        self.add(Run("ours", "catch-up", f"chunks_per_batch {4 * p}", p, r["change_rows"], self.ours.last.wall(r), started_load,
+        self.add(Run("ours", "catch-up", f"chunks_per_batch {CHUNKS_PER_BATCH * p}", p, r["change_rows"], self.ours.last.wall(r), started_load,
                      "Delta mirror + changelog", detail))
 
 

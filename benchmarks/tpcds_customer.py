@@ -21,8 +21,8 @@ benchmarks/tpcds.py) and measures, in one run on the same data:
   with ``df.write.parquet``: the files delta-spark would write, without its JSON commit (no
   delta-spark jars here). Its best case: no Python, no changelog;
 * **ours**: the snapshot phase of the real job (available-now run, startup mode ``initial``) into
-  the Delta mirror and changelog, per parallelism, with ``chunks_per_batch`` at 4 x parallelism
-  and at ``--chunks-per-batch`` (32; the job's default is 16 x parallelism), and (``--full``)
+  the Delta mirror and changelog, per parallelism, with ``chunks_per_batch`` at the job's default
+  (16 x parallelism) and at ``--chunks-per-batch`` (default 4 x parallelism), and (``--full``)
   under ``--write-rate`` (100) random single-row updates/s;
 * **binlog catch-up**: after the snapshot, a burst of ``--burst`` updates (UPDATE ... WHERE key
   BETWEEN a AND b, 1,000 rows each), then one available-now run, from the query's start until
@@ -41,7 +41,7 @@ benchmarks/tpcds.py) and measures, in one run on the same data:
   cProfiled; with ``--full``
   also the source alone into Spark's ``noop`` sink.
 
-Phases: the default runs parallelism 2 with chunks_per_batch 8 (the default) and 32; ``--full``
+Phases: the default runs parallelism 2 with chunks_per_batch 32 (the job's default) and 8; ``--full``
 adds parallelism 1, the snapshot under writes and the noop run; ``--quick`` drops the second batch
 size, bursts 100k updates and measures latency for 10 s.
 
@@ -387,7 +387,7 @@ def run(bench: Bench) -> None:
     """Every phase, in order (the last snapshot leaves the checkpoint that catch-up continues)."""
     a = bench.args
     parallelisms = [int(x) for x in a.parallelism.split(",")]
-    top, cpb = max(parallelisms), 4 * max(parallelisms)
+    top, cpb = max(parallelisms), 16 * max(parallelisms)  # the job's default chunks_per_batch
     caps = parse_caps(a.max_batch_bytes)
     if a.catch_up_only:  # the snapshot it continues from, then the burst's catch-up per cap
         bench.catch_up(bench.snapshot(top, cpb), top, cpb, caps, decompose=False)
@@ -398,9 +398,9 @@ def run(bench: Bench) -> None:
     for p in parallelisms:
         bench.jdbc(p)  # MariaDB's JDBC driver is one of the project's jars (jvm/spark/pom.xml)
     for p in parallelisms[:-1]:
-        bench.snapshot(p, 4 * p)
+        bench.snapshot(p, 16 * p)
     if not a.quick:
-        bench.snapshot(top, a.chunks_per_batch)
+        bench.snapshot(top, a.chunks_per_batch or 4 * top)
     if a.full:
         bench.snapshot(top, cpb, write_rate=a.write_rate)
         bench.source_only(top, cpb)
@@ -581,7 +581,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--parallelism", default=None, help="comma-separated parallelisms of ours and the JDBC "
                    "peer; the last is the headline (default 2; with --full 1,2)")
     p.add_argument("--chunk-size", type=int, default=8096, help="rows per snapshot chunk")
-    p.add_argument("--chunks-per-batch", type=int, default=32, help="the larger chunks_per_batch tried")
+    p.add_argument("--chunks-per-batch", type=int, default=None, help="the other chunks_per_batch tried, next to "
+                   "the job's default (16 x parallelism; default 4 x parallelism)")
     p.add_argument("--write-rate", type=float, default=100.0, help="updates/s during the snapshot-with-writes run")
     p.add_argument("--burst", type=int, default=BURST, help="updates applied before the catch-up run")
     p.add_argument("--latency-rate", type=float, default=1000.0, help="single-row updates/s of the latency run")
