@@ -1,14 +1,17 @@
-"""The two Delta engines side by side: delta-rs and delta-spark writing the same mirror and changelog.
+"""The Delta engines side by side: delta-rs, delta-rs with deletion vectors and delta-spark writing
+the same mirror and changelog.
 
-Run: ``.venv/bin/python benchmarks/delta_engines.py [--rows 2000000] [--batches 1000,10000,100000]``.
+Run: ``.venv/bin/python benchmarks/delta_engines.py [--rows 2000000] [--batches 1000,10000,100000]
+[--engines delta-rs,delta-rs-dv,delta-spark]``.
 
-Both engines start from the same mirror (``--rows`` rows, committed from executor-style Parquet
-files, as the job's snapshot does) and apply the same batches of updates to random keys through
+Every engine starts from the same mirror (``--rows`` rows, committed from executor-style Parquet
+files, as the job's snapshot does) and applies the same batches of updates to random keys through
 the sink's own write path (``DeltaTables.write_mirror``: the Arrow reduction, then the engine's
-MERGE; delta-rs rewrites every file that holds a changed key, delta-spark marks the old rows in
-deletion vectors and writes only the new ones). Each batch size runs three times; the median is
-reported, with rows/s and the ratio delta-spark / delta-rs (below 1: delta-spark is faster). The
-changelog append of the same batch is timed too. Results go to ``benchmarks/results/``.
+MERGE; delta-rs rewrites every file that holds a changed key; ``delta-rs-dv`` is delta-rs with
+``sink.deletion_vectors``, and it and delta-spark mark the old rows in deletion vectors and write
+only the new ones). Each batch size runs three times; the median is reported, with rows/s and each
+engine's ratio to delta-rs (below 1: faster than delta-rs). The changelog append of the same batch
+is timed too. Results go to ``benchmarks/results/``.
 
 Not a test: it asserts nothing and is never timed by pytest. Do not run it next to the tests.
 """
@@ -28,14 +31,16 @@ from typing import Any
 
 import pyarrow as pa
 from delta_sink_bench import SCHEMA, change_batch
+from deltalake import DeltaTable
 
 from cdc.spark.session import local_session
 from sinks.delta.config import DeltaSinkConfig
+from sinks.delta.deletion_vectors import enable
 from sinks.delta.engines import DeltaTables
 from sinks.delta.files import commit_snapshot_files, write_snapshot_files
 
 RESULTS = Path(__file__).parent / "results"
-ENGINES = ("delta-rs", "delta-spark")
+ENGINES = ("delta-rs", "delta-rs-dv", "delta-spark")
 
 
 def build_mirror(config: DeltaSinkConfig, total: int, chunk: int = 131_072) -> None:
@@ -58,9 +63,12 @@ def median_s(fn: Any, repeat: int = 3) -> float:
 
 
 def run_engine(engine: str, root: str, total: int, sizes: list[int], spark: Any) -> dict[str, Any]:
-    config = DeltaSinkConfig(path=f"{root}/{engine}", engine=engine)  # type: ignore[arg-type]
+    config = DeltaSinkConfig(path=f"{root}/{engine}", engine=engine.removesuffix("-dv"),  # type: ignore[arg-type]
+                             deletion_vectors=engine.endswith("-dv"))
     start = time.perf_counter()
     build_mirror(config, total)
+    if config.deletion_vectors:  # as the job's open does
+        enable(DeltaTable(config.uri(SCHEMA.table_id, "mirror")))
     print(f"{engine}: mirror of {total:,} rows built in {time.perf_counter() - start:.1f}s", flush=True)
     tables = DeltaTables(config, "bench", spark=spark)
     rng = random.Random(7)
@@ -91,19 +99,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=2_000_000, help="rows in the mirror (SF100 customer: 2M)")
     parser.add_argument("--batches", default="1000,10000,100000", help="update batch sizes")
+    parser.add_argument("--engines", default=",".join(ENGINES), help="which engines, delta-rs first")
     args = parser.parse_args()
     sizes = [int(s) for s in args.batches.split(",")]
+    engines = args.engines.split(",")
     spark = local_session("spark-cdc-bench-engines", parallelism=2)
     root = tempfile.mkdtemp(prefix="delta-engines-")
     try:
-        results = {engine: run_engine(engine, root, args.rows, sizes, spark) for engine in ENGINES}
+        results = {engine: run_engine(engine, root, args.rows, sizes, spark) for engine in engines}
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    print(f"\nratio delta-spark / delta-rs (below 1: delta-spark is faster), mirror of {args.rows:,} rows:")
-    for size in sizes:
-        rs, sp = results["delta-rs"][str(size)], results["delta-spark"][str(size)]
-        print(f"  {size:>8,} updates: MERGE {sp['merge_s'] / rs['merge_s']:.2f}x   "
-              f"changelog append {sp['append_s'] / rs['append_s']:.2f}x")
+    print(f"\nratio to delta-rs (below 1: faster than delta-rs), mirror of {args.rows:,} rows:")
+    for engine in engines[1:]:
+        for size in sizes:
+            rs, other = results[engines[0]][str(size)], results[engine][str(size)]
+            print(f"  {engine:<12} {size:>8,} updates: MERGE {other['merge_s'] / rs['merge_s']:.2f}x   "
+                  f"changelog append {other['append_s'] / rs['append_s']:.2f}x")
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"delta_engines-{dt.date.today()}-{args.rows}.json"
     out.write_text(json.dumps({"rows": args.rows, "results": results}, indent=1) + "\n")

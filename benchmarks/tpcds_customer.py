@@ -68,12 +68,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
-import deltalake
 from pipeline_bench import ChildPhase, MarkerWriter, apply_burst, stop_when_caught_up, visibility
 from select_readers import raw_scan, timed
 from tpcds import CustomerTable, Writer, customer_rows, customer_sandbox
 
 from binlog.mysql.reader import current_offset
+from sinks.delta.tables import count_rows
 
 RESULTS = Path(__file__).with_name("results")
 CORES = os.cpu_count() or 1
@@ -192,10 +192,12 @@ class Bench:
                 "sink": sink, "sink_options": self.sink_options()}
 
     def sink_options(self) -> dict[str, Any]:
-        """The Delta sink's keys other than its path: ``--mirror-file-size``, else the job's defaults."""
-        if self.args.mirror_file_size == "default":
-            return {}
-        return {"maintenance": {"mirror_file_size": parse_caps(self.args.mirror_file_size)[0]}}
+        """The Delta sink's keys other than its path: ``--mirror-file-size`` and
+        ``--deletion-vectors``, else the job's defaults."""
+        options: dict[str, Any] = {"deletion_vectors": True} if self.args.deletion_vectors else {}
+        if self.args.mirror_file_size != "default":
+            options["maintenance"] = {"mirror_file_size": parse_caps(self.args.mirror_file_size)[0]}
+        return options
 
     def snapshot(self, p: int, cpb: int, write_rate: float = 0.0, backfill_skip: bool = False) -> Path:
         """One available-now run from nothing: the snapshot (plus the writes' changes)."""
@@ -238,7 +240,7 @@ class Bench:
 
     def mirror_rows(self, job: Path) -> int:
         t = self.table
-        return int(deltalake.DeltaTable(str(job / "lake" / t.database / t.table)).to_pyarrow_dataset().count_rows())
+        return count_rows(str(job / "lake" / t.database / t.table))  # deletion vectors applied
 
     def decompose(self) -> None:
         """The executor-side work of some chunks, without Spark (what Spark adds is the rest)."""
@@ -599,6 +601,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--mirror-file-size", default="default", help="sink.maintenance.mirror_file_size of every run "
                    "(bytes, or with a MiB suffix; `default`: the job's); 100MiB is delta-rs's own default, "
                    "the mirror's file size before the job capped it")
+    p.add_argument("--deletion-vectors", action="store_true", help="the mirror with sink.deletion_vectors "
+                   "(its MERGEs as deletion vectors; results in ...-dv.json)")
     p.add_argument("--catch-up-only", action="store_true", help="only the snapshot and the catch-up runs "
                    "(peak RSS per process of each; no peers, no latency)")
     p.add_argument("--keep", action="store_true", help="keep the work directory (lakes, checkpoints, logs)")
@@ -645,7 +649,8 @@ def main() -> None:
           f"{'noisy numbers' if max(load_start, load()) > 2 else 'quiet'}).")
     stamp = dt.date.today().isoformat()
     if args.catch_up_only:
-        sized = "" if args.mirror_file_size == "default" else f"-mirror{args.mirror_file_size.lower()}"
+        sized = ("" if args.mirror_file_size == "default" else f"-mirror{args.mirror_file_size.lower()}") + (
+            "-dv" if args.deletion_vectors else "")
         out = RESULTS / f"tpcds_customer-{stamp}-sf{args.scale}-catchup-burst{args.burst}{sized}.json"
         out.parent.mkdir(exist_ok=True)
         out.write_text(json.dumps({
@@ -659,7 +664,8 @@ def main() -> None:
     where = explain(lines, facts)
     print("\nwhere the time goes:\n  " + "\n  ".join(where))
     mode = ("-quick" if args.quick else "-full" if args.full else "") + (
-        f"-burst{args.burst}" if args.burst != BURST and not args.quick else "")
+        f"-burst{args.burst}" if args.burst != BURST and not args.quick else "") + (
+        "-dv" if args.deletion_vectors else "")
     out = RESULTS / f"tpcds_customer-{stamp}-sf{args.scale}{mode}.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps({

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-import deltalake
 import duckdb
 import polars as pl
 import pyarrow as pa
@@ -206,4 +205,4 @@ def random_batches(n: int, seed: int = 7) -> list[list[dict[str, Any]]]:
 
 def mirror_rows(sink: DeltaTables, schema: TableSchema) -> Any:
     """The mirror's rows, comparable with :func:`model_rows`."""
-    return frozen_rows(deltalake.DeltaTable(sink.config.uri(schema.table_id, "mirror")).to_pyarrow_table().to_pylist())
+    return frozen_rows(read_table(sink.config.uri(schema.table_id, "mirror")).to_pylist())  # type: ignore[arg-type]

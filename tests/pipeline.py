@@ -66,6 +66,7 @@ class Pipeline:
         self.faults = FileFaults(self.workdir / "faults")
         self.async_mirror = True
         self.engine = "delta-rs"  # the Delta engine (the job's default; test_pipeline runs both)
+        self.deletion_vectors = False  # sink.deletion_vectors (delta-rs; test_pipeline runs it too)
         # Tables by name (sink.register_tables, on by default) make the driver's JVM load delta-spark and
         # read each table's log at every start: about 7 s of CPU per run in a warm session here, 20 s
         # in a fresh driver process. The exactly-once suites test the data, so they register only
@@ -82,7 +83,8 @@ class Pipeline:
                   "chunks_per_batch": 4, "server_id": "5400-5403", **self.source}
         register = self.engine == "delta-spark" if self.register_tables is None else self.register_tables
         sink = self.sinks or {"type": "delta", "path": str(self.lake), "async_mirror": self.async_mirror,
-                              "engine": self.engine, "register_tables": register, "maintenance": self.maintenance}
+                              "engine": self.engine, "register_tables": register, "maintenance": self.maintenance,
+                              "deletion_vectors": self.deletion_vectors}
         return {"source": source, "sink": sink, "checkpoint": str(self.checkpoint),
                 "state_dir": str(self.state_dir), "parallelism": 2, **self.job}
 

@@ -55,8 +55,10 @@ def create_table(admin: pymysql.connections.Connection, name: str = "t", rows: i
 # files and the driver commits them the same way on both, and the SIGKILL suite covers the
 # rest on delta-spark (CI time: each delta-spark MERGE is several Spark jobs; the engine's own
 # contract is tests/test_delta_tables.py and tests/test_sink_contract.py).
-_RS, _SPARK = "delta-rs", "delta-spark"
-ENGINES = pytest.mark.parametrize("pipeline", [_RS, _SPARK], indirect=True)
+# The mirror written with deletion vectors (sink.deletion_vectors: its own commits) runs the cases
+# where the mirror is written, and the SIGKILLs.
+_RS, _SPARK, _DV = "delta-rs", "delta-spark", "delta-rs-deletion-vectors"
+ENGINES = pytest.mark.parametrize("pipeline", [_RS, _SPARK, _DV], indirect=True)
 
 
 @pytest.fixture
@@ -64,7 +66,9 @@ def pipeline(request: pytest.FixtureRequest, spark: Any, mysql_server: Sandbox, 
              tmp_path: Path) -> Iterator[Pipeline]:
     """The pipeline into Delta, with the engine a test is parametrized with (default delta-rs)."""
     p = Pipeline(spark, mysql_server, database, tmp_path)
-    p.engine = getattr(request, "param", "delta-rs")
+    p.engine = getattr(request, "param", _RS)
+    if p.engine == _DV:
+        p.engine, p.deletion_vectors = _RS, True
     yield p
     p.cleanup()
 
@@ -75,6 +79,13 @@ def check_all(p: Pipeline) -> None:
         assert_changelog_exact(p, table_id.table, schema)
 
 
+def assert_deletion_vectors_used(p: Pipeline, table: str) -> None:
+    """With ``sink.deletion_vectors`` the mirror's MERGEs committed deletion vectors."""
+    if p.deletion_vectors:
+        log = (p.lake / p.database / table / "_delta_log").glob("*.json")
+        assert any('"deletionVector"' in f.read_text() for f in log), f"{table}: no deletion vector was written"
+
+
 def assert_maintained(p: Pipeline, table: str) -> None:
     """Maintenance ran between the batches: both tables have compaction commits."""
     for name in (table, f"{table}_changelog"):
@@ -82,8 +93,9 @@ def assert_maintained(p: Pipeline, table: str) -> None:
         assert any(h["operation"] == "OPTIMIZE" for h in history), f"{name} was never compacted"
 
 
-@pytest.mark.parametrize(("async_mirror", "pipeline"), [(True, _RS), (False, _RS)],
-                         ids=["mirror-follows-delta-rs", "mirror-inline-delta-rs"], indirect=["pipeline"])
+@pytest.mark.parametrize(("async_mirror", "pipeline"), [(True, _RS), (False, _RS), (True, _DV)],
+                         ids=["mirror-follows-delta-rs", "mirror-inline-delta-rs", "mirror-follows-deletion-vectors"],
+                         indirect=["pipeline"])
 def test_snapshot_with_concurrent_writers_is_exact(async_mirror: bool, pipeline: Pipeline, admin: Any,
                                                    mysql_server: Sandbox) -> None:
     pipeline.async_mirror = async_mirror
@@ -101,15 +113,16 @@ def test_snapshot_with_concurrent_writers_is_exact(async_mirror: bool, pipeline:
     leftovers = [p for p in pipeline.state_dir.rglob("*") if p.is_file() and ("staged" in p.parts or "chunks" in p.parts)]
     assert not leftovers, f"state of committed batches was not cleaned up: {leftovers[:3]}"
     assert_maintained(pipeline, "t")
+    assert_deletion_vectors_used(pipeline, "t")
 
 
 @pytest.mark.parametrize(("point", "after", "pipeline"), [
     ("stage", 1, _RS),              # a staging task dies (second chunk staged)
     ("plan", 1, _RS),               # after staging, before the next plan (driver)
     ("emit", 1, _RS),               # an emit task dies
-    *[("after_sink_commit", 1, e) for e in (_RS, _SPARK)],  # Delta committed, Spark's commit log not
+    *[("after_sink_commit", 1, e) for e in (_RS, _SPARK, _DV)],  # Delta committed, Spark's commit log not
     ("stream", 0, _RS),                                     # the binlog phase dies
-    *[("mirror", 0, e) for e in (_RS, _SPARK)],             # a background mirror MERGE dies
+    *[("mirror", 0, e) for e in (_RS, _SPARK, _DV)],             # a background mirror MERGE dies
     ("maintenance", 0, _RS),        # before a compaction, in the mirror follower's thread
 ], indirect=["pipeline"])
 def test_crash_and_restart_is_exact(point: str, after: int, pipeline: Pipeline, admin: Any,
@@ -122,6 +135,7 @@ def test_crash_and_restart_is_exact(point: str, after: int, pipeline: Pipeline, 
             pipeline.run()  # a failed background MERGE may surface only when the run drains
         restarted = pipeline.run()
     pipeline.run()
+    assert_deletion_vectors_used(pipeline, "t")
     if point == "after_sink_commit":
         replayed = restarted[0]  # Spark replays the batch whose commit log it never wrote
         assert replayed.snapshot_rows + replayed.change_rows > 0, "the replayed batch had rows"
@@ -254,6 +268,7 @@ def test_driver_killed_at_random_moments_is_exact(pipeline: Pipeline, admin: Any
     assert kills == 3
     check_all(pipeline)
     assert_maintained(pipeline, "t")
+    assert_deletion_vectors_used(pipeline, "t")
 
 
 def wait_for_batches(driver: subprocess.Popen[str], n: int, timeout: float = 300.0) -> None:
@@ -347,6 +362,7 @@ def test_kafka_crash_and_restart_is_exact(point: str, after: int, kafka_pipeline
             kafka_pipeline.run()
         restarted = kafka_pipeline.run()
     kafka_pipeline.run()
+    assert_deletion_vectors_used(pipeline, "t")
     if point == "after_sink_commit":
         replayed = restarted[0]  # Spark replays the batch whose commit log it never wrote
         assert replayed.snapshot_rows + replayed.change_rows > 0, "the replayed batch had rows"

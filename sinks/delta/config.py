@@ -56,6 +56,12 @@ class DeltaSinkConfig(SinkConfig):
                                "trails the changelog (batches queued meanwhile are merged together; after "
                                "a crash the mirror catches up from the changelog); `false` MERGEs inside "
                                "every batch")
+    deletion_vectors: bool = Field(default=False, description="(delta-rs engine) record the mirror's updates "
+                                   "and deletes in deletion vectors, in commits this project writes, instead of "
+                                   "rewriting every file that holds a changed key: a MERGE costs the changed rows, "
+                                   "not the table; for tables with a primary key on a local path; readers must "
+                                   "apply deletion vectors (Spark, DuckDB, Polars, delta-rs's `scan()`; not "
+                                   "delta-rs's `to_pyarrow_table`)")
     maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig, description="compaction "
                                            "and VACUUM of the mirror and changelog, run by the job")
 

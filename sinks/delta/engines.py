@@ -42,6 +42,8 @@ from sinks.changes import (
     snapshot_rows,
 )
 from sinks.delta.config import DeltaSinkConfig
+from sinks.delta.deletion_vectors import DeletionVectorMerge
+from sinks.delta.deletion_vectors import enabled as deletion_vectors_enabled
 from sinks.delta.evolve import ensure_table
 from sinks.delta.rewrite import rewrite_all
 from sinks.delta.tables import (
@@ -153,6 +155,7 @@ class DeltaRsWriter:
     def __init__(self, config: DeltaSinkConfig) -> None:
         self._config = config
         self._tables: dict[str, DeltaTable] = {}
+        self._vectors = DeletionVectorMerge(config)
 
     def _table(self, schema: TableSchema, kind: TableKind, storage: pa.Schema) -> DeltaTable:
         uri = self._config.uri(schema.table_id, kind)
@@ -181,6 +184,9 @@ class DeltaRsWriter:
             return True
         key = mirror_key(schema)
         source = mirror_changes(batch, key, storage)
+        if schema.primary_key and deletion_vectors_enabled(table):
+            self._vectors.merge(schema, table, source, storage, app, batch_id)
+            return True  # the changed rows hidden by deletion vectors, their new rows in new files
         if rewrite_all(self._config, schema, table, source, storage, props):
             return True  # every file held a changed key: rewritten file by file, in parallel
         _merge(table, source, key, storage.names, props, null_safe=not schema.primary_key)

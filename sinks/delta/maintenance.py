@@ -44,6 +44,7 @@ it in the driver's memory.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -55,8 +56,9 @@ from cdc.model.errors import CdcError
 from cdc.model.hooks import NO_HOOKS, Hooks
 from cdc.model.schema import TableId
 from sinks.delta.commits import MissingCommit, commits_newest_first, table_fs
+from sinks.delta.deletion_vectors import PROP_ENABLED as PROP_DELETION_VECTORS
 from sinks.delta.engines import DeltaTables
-from sinks.delta.tables import TableKind, open_table
+from sinks.delta.tables import PROP_KEY, TableKind, open_table
 
 log = logging.getLogger(__name__)
 
@@ -100,16 +102,24 @@ class Maintainer:
         return self.config.every > 0
 
     def size_mirror(self, table_id: TableId) -> None:
-        """Set the mirror's ``delta.targetFileSize`` to ``mirror_file_size`` when it differs.
+        """Set the mirror's ``delta.targetFileSize`` to ``mirror_file_size`` when it differs, and
+        enable deletion vectors on a mirror with a primary key when ``sink.deletion_vectors``
+        asks for them (:mod:`sinks.delta.deletion_vectors`; never turned off again: its files
+        may carry some).
 
         Call it while nothing else writes the mirror: before the follower starts, or before a
         new table's first batch (a properties commit conflicts with a concurrent MERGE).
         """
         uri = self.tables.config.uri(table_id, "mirror")
         table = open_table(uri, self.tables.config.storage_options)
-        wanted = str(self.config.mirror_file_size)
-        if table is not None and table.metadata().configuration.get(PROP_TARGET_SIZE) != wanted:
-            table.alter.set_table_properties({PROP_TARGET_SIZE: wanted}, raise_if_not_exists=False)
+        if table is None:
+            return
+        current = table.metadata().configuration
+        wanted = {PROP_TARGET_SIZE: str(self.config.mirror_file_size)}
+        if self.tables.config.deletion_vectors and json.loads(current.get(PROP_KEY, "[]")):
+            wanted[PROP_DELETION_VECTORS] = "true"
+        if any(current.get(k) != v for k, v in wanted.items()):
+            table.alter.set_table_properties(wanted, raise_if_not_exists=False)
 
     def wrote(self, table_id: TableId) -> None:
         """Count a batch that committed rows to ``table_id``'s tables."""

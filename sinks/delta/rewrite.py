@@ -60,7 +60,7 @@ def rewrite_all(config: DeltaSinkConfig, schema: TableSchema, table: DeltaTable,
         return False
     files = pa.table(table.get_add_actions(flatten=True)).to_pydict()
     paths = files.get("path", [])
-    ranges = _KeyRanges(source.select(list(key)), key[0], files)
+    ranges = KeyRanges(source.select(list(key)), key[0], files)
     if not paths or not _every_file_touched(files, key[0], ranges.sorted):
         return False
     fs, root = _filesystem(config, table)
@@ -102,7 +102,7 @@ def _every_file_touched(files: dict[str, list[Any]], column: str, values: np.nda
     return True
 
 
-class _KeyRanges:
+class KeyRanges:
     """The changed keys that may lie in each file: those within its [min, max] statistics.
 
     A hash lookup of every changed key per file rebuilt the whole key set for each file (2M

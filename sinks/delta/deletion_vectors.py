@@ -1,0 +1,301 @@
+"""The mirror's MERGE as deletion vectors: its cost follows the changed rows, not the table.
+
+Copy-on-write rewrites every file that holds a changed key; with keys spread over the table that
+is every file, so a MERGE of 1,000 random keys rewrote the whole 2M-row TPC-DS SF100 mirror and
+the mirror trailed the changelog by seconds (minutes at SF1000). With ``sink.deletion_vectors``
+a batch instead:
+
+1. reads the key column(s) of the files whose key range may hold a changed key, and finds the
+   positions of the changed keys' current rows (rows an earlier deletion vector already hides are
+   skipped);
+2. writes the changed keys' new rows (not the deleted keys') to new files, in key order;
+3. writes one deletion-vector file holding, for every touched file, its old deleted positions
+   plus the new ones (Delta's format: a 64-bit portable RoaringBitmap per file, framed with its
+   size and CRC-32);
+4. commits, in one ``_delta_log/<version>.json`` created only if absent: per touched file a
+   ``remove`` of it with its old deletion vector and an ``add`` of it with the new one, the new
+   files, and the batch's app transaction (``txn``), as delta-rs's MERGE would.
+
+delta-rs writes no deletion vectors (its MERGE and DELETE copy-on-write even on tables that have
+the feature, 1.6), so this module writes the commit itself; delta-rs, DuckDB, Polars and Spark
+read it (``tests/test_deletion_vectors.py``). The table gets the ``deletionVectors`` reader and
+writer features (``delta.enableDeletionVectors``), which delta-rs's pyarrow reader
+(``DeltaTable.to_pyarrow_table``) refuses: read such a mirror with ``DeltaTable.scan()``,
+DuckDB, Polars or Spark. delta-rs's compaction (:mod:`sinks.delta.maintenance`) applies the
+deletion vectors and writes files without them; its VACUUM keeps the live deletion-vector files
+(and, so far, the ones no file uses any more: a few KB per batch, see README).
+
+It needs a primary key, and a local table (the commit is created with ``O_EXCL``: object stores
+need delta-rs's log store for a put-if-absent). Otherwise the MERGE copy-on-writes as before.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import logging
+import os
+import struct
+import time
+import uuid
+import zlib
+from typing import Any
+from urllib.parse import unquote
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pyroaring
+from deltalake import DeltaTable
+
+from cdc.model.errors import CdcError
+from cdc.model.schema import TableSchema
+from sinks.changes import DELETE_FLAG
+from sinks.delta.config import DeltaSinkConfig
+from sinks.delta.files import StagedFile, local_dir, write_table_file
+from sinks.delta.rewrite import UPSERT_FILE_ROWS, KeyRanges
+
+log = logging.getLogger(__name__)
+
+PROP_ENABLED = "delta.enableDeletionVectors"
+MAGIC = 1681511377  # Delta's RoaringBitmapArray format
+FILE_PREFIX = "deletion_vector_"
+CHECKPOINT_EVERY = 100  # versions: readers replay at most this many JSON commits
+_Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
+
+
+class CommitConflict(CdcError):
+    """Another writer committed the mirror's next version first (the mirror has one writer: the
+    job's mirror follower; a second job or a tool writes the same table)."""
+
+
+def z85(data: bytes) -> str:
+    """ZeroMQ's Base85 (Z85) of ``data`` (a multiple of 4 bytes), as Delta encodes UUIDs."""
+    out: list[str] = []
+    for i in range(0, len(data), 4):
+        value = int.from_bytes(data[i:i + 4], "big")
+        digits = []
+        for _ in range(5):
+            value, digit = divmod(value, 85)
+            digits.append(_Z85[digit])
+        out.extend(reversed(digits))
+    return "".join(out)
+
+
+def serialize(positions: np.ndarray) -> bytes:
+    """Row positions as Delta's RoaringBitmapArray: the magic number, then a 64-bit portable
+    RoaringBitmap (one bucket: a Parquet file's row positions fit 32 bits)."""
+    bitmap = pyroaring.BitMap(positions.astype(np.uint32))
+    return struct.pack("<iqI", MAGIC, 1, 0) + bitmap.serialize()
+
+
+def enabled(table: DeltaTable) -> bool:
+    """Whether this module writes the table's MERGEs (the property, and a local table)."""
+    return table.metadata().configuration.get(PROP_ENABLED) == "true" and local_dir(table.table_uri) is not None
+
+
+def enable(table: DeltaTable) -> None:
+    """Give ``table`` the deletion-vector features (a protocol and metadata commit; call it while
+    nothing else writes the table)."""
+    if table.metadata().configuration.get(PROP_ENABLED) != "true":
+        table.alter.set_table_properties({PROP_ENABLED: "true"}, raise_if_not_exists=False)
+
+
+class DeletionVectorMerge:
+    """Applies change batches to mirrors with deletion vectors (one instance per sink: it
+    remembers the deletion vector it last committed for each file).
+
+    Args:
+        config: the sink configuration (where new files go).
+    """
+
+    def __init__(self, config: DeltaSinkConfig) -> None:
+        self.config = config
+        self._descriptors: dict[str, dict[str, dict[str, Any]]] = {}  # table URI -> path -> its DV
+
+    def merge(self, schema: TableSchema, table: DeltaTable, source: pa.Table, storage: pa.Schema,
+              app: str, batch_id: int) -> None:
+        """Apply ``source`` (one row per changed key: :func:`sinks.changes.mirror_changes`) in one
+        commit carrying ``(app, batch_id)``.
+
+        Raises:
+            CommitConflict: another writer took the version.
+        """
+        began = time.perf_counter()
+        key = schema.primary_key
+        root = local_dir(table.table_uri)
+        assert root is not None and key
+        files = pa.table(table.get_add_actions(flatten=True)).to_pydict()
+        paths: list[str] = files.get("path", [])
+        files["num_records"] = [n if n is not None else pq.ParquetFile(os.path.join(root, unquote(p))).metadata.num_rows
+                                for p, n in zip(paths, files.get("num_records", []), strict=True)]
+        hidden = self._hidden(table, root)
+        keys = source.select(list(key)).cast(pa.schema([storage.field(k) for k in key]))
+        ranges = KeyRanges(keys, key[0], files)
+
+        def positions(i: int) -> tuple[int, np.ndarray] | None:
+            wanted = ranges.of_file(i)
+            if wanted.num_rows == 0:
+                return None
+            found = _positions(os.path.join(root, unquote(paths[i])), wanted, key)
+            new = np.setdiff1d(found, hidden.get(paths[i], _EMPTY), assume_unique=True)
+            return (i, new) if new.size else None
+
+        upserts = source.filter(pc.invert(source[DELETE_FLAG])).drop_columns([DELETE_FLAG]).cast(storage)
+        upserts = upserts.take(pc.sort_indices(upserts, sort_keys=[(k, "ascending") for k in key]))
+        with concurrent.futures.ThreadPoolExecutor(max(1, min(len(paths), os.cpu_count() or 1))) as pool:
+            found = [f for f in pool.map(positions, range(len(paths))) if f is not None]
+            staged = list(pool.map(lambda at: write_table_file(self.config, schema, "mirror",
+                                                               upserts.slice(at, UPSERT_FILE_ROWS)),
+                                   range(0, upserts.num_rows, UPSERT_FILE_ROWS)))
+        deletes = {paths[i]: np.union1d(hidden.get(paths[i], _EMPTY), new) for i, new in found}
+        vectors = self._write_vectors(root, deletes)
+        old = self._current(table, root, {p: len(hidden[p]) for p in deletes if p in hidden})
+        now = int(time.time() * 1000)
+        actions: list[dict[str, Any]] = [
+            {"commitInfo": {"timestamp": now, "operation": "MERGE", "clientVersion": "spark-cdc",
+                            "operationParameters": {"predicate": "deletion vectors",
+                                                    "deletionVectors": str(len(deletes))}}},
+            {"txn": {"appId": app, "version": batch_id, "lastUpdated": now}},
+        ]
+        for i, path in ((paths.index(p), p) for p in deletes):
+            common = {"path": path, "partitionValues": {}, "size": files["size_bytes"][i]}
+            actions.append({"remove": {**common, "deletionTimestamp": now, "dataChange": True,
+                                       "extendedFileMetadata": True,
+                                       **({"deletionVector": old[path]} if path in old else {})}})
+            actions.append({"add": {**common, "modificationTime": now, "dataChange": True,
+                                    "stats": _wide_stats(files, i), "deletionVector": vectors[path]}})
+        actions += [{"add": _add(f)} for f in staged]
+        version = table.version() + 1
+        _commit(root, version, actions)
+        self._descriptors.setdefault(table.table_uri, {}).update(vectors)
+        table.update_incremental()
+        if version % CHECKPOINT_EVERY == 0:
+            table.create_checkpoint()
+        log.info("mirror of %s: batch %d as deletion vectors: %d rows hidden in %d of %d files, %d rows in %d "
+                 "new files; %.2f s", schema.table_id, batch_id, sum(int(v["cardinality"]) for v in vectors.values())
+                 - sum(len(hidden.get(p, _EMPTY)) for p in deletes), len(deletes), len(paths), upserts.num_rows,
+                 len(staged), time.perf_counter() - began)
+
+    def _hidden(self, table: DeltaTable, root: str) -> dict[str, np.ndarray]:
+        """Each live file's positions that its deletion vector hides (files without one: absent)."""
+        out: dict[str, np.ndarray] = {}
+        prefix = "file://" + root.rstrip("/") + "/"
+        for batch in table.deletion_vectors():
+            rows = pa.record_batch(batch)
+            for uri, keep in zip(rows["filepath"].to_pylist(), rows["selection_vector"], strict=True):
+                mask = np.asarray(keep.values.to_numpy(zero_copy_only=False), dtype=bool)
+                path = unquote(uri[len(prefix):] if uri.startswith(prefix) else uri)
+                out[path] = np.flatnonzero(~mask).astype(np.int64)
+        return out
+
+    def _write_vectors(self, root: str, deletes: dict[str, np.ndarray]) -> dict[str, dict[str, Any]]:
+        """One deletion-vector file holding every touched file's vector; their descriptors."""
+        if not deletes:
+            return {}
+        ident = uuid.uuid4()
+        blob, out = bytearray(b"\x01"), {}
+        for path, positions in deletes.items():
+            data = serialize(positions)
+            out[path] = {"storageType": "u", "pathOrInlineDv": z85(ident.bytes), "offset": len(blob),
+                         "sizeInBytes": len(data), "cardinality": int(positions.size)}
+            blob += struct.pack(">i", len(data)) + data + struct.pack(">I", zlib.crc32(data))
+        with open(os.path.join(root, f"{FILE_PREFIX}{ident}.bin"), "wb") as f:
+            f.write(blob)
+        return out
+
+    def _current(self, table: DeltaTable, root: str, cardinality: dict[str, int]) -> dict[str, dict[str, Any]]:
+        """The deletion-vector descriptors the live ``add`` actions of these files carry (a
+        ``remove`` must name the same one): remembered from this process's commits when the
+        cardinality still matches, else read back from the log."""
+        known = self._descriptors.get(table.table_uri, {})
+        out = {p: known[p] for p, n in cardinality.items() if p in known and int(known[p]["cardinality"]) == n}
+        missing = set(cardinality) - set(out)
+        if missing:
+            out.update(_descriptors_in_log(root, table.version(), missing))
+        return out
+
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
+def _positions(path: str, keys: pa.Table, key: tuple[str, ...]) -> np.ndarray:
+    """The row positions in the Parquet file at ``path`` whose key is among ``keys``."""
+    rows = pq.read_table(path, columns=list(key))
+    if len(key) == 1:
+        column = rows[key[0]].cast(keys[key[0]].type)
+        return np.flatnonzero(pc.is_in(column, value_set=keys[key[0]]).to_numpy(zero_copy_only=False))
+    rows = rows.cast(keys.schema).append_column("__position", pa.array(np.arange(rows.num_rows)))
+    return np.sort(rows.join(keys, keys=list(key), join_type="inner")["__position"].to_numpy())
+
+
+def _wide_stats(files: dict[str, list[Any]], i: int) -> str:
+    """The file's statistics, marked wide (its deletion vector hides rows): numRecords counts
+    every row in the file; min, max and null counts of the JSON-representable columns."""
+    stats: dict[str, Any] = {"numRecords": files["num_records"][i], "tightBounds": False}
+    for prefix, name in (("min.", "minValues"), ("max.", "maxValues"), ("null_count.", "nullCount")):
+        values = {c[len(prefix):]: v[i] for c, v in files.items() if c.startswith(prefix) and (
+            isinstance(v[i], (int, str)) or (isinstance(v[i], float) and np.isfinite(v[i])))}
+        if values:
+            stats[name] = _nest(values)
+    return json.dumps(stats)
+
+
+def _nest(flat: dict[str, Any]) -> dict[str, Any]:
+    """``{"a.b": 1}`` -> ``{"a": {"b": 1}}`` (statistics of nested columns)."""
+    out: dict[str, Any] = {}
+    for dotted, value in flat.items():
+        *parents, leaf = dotted.split(".")
+        node = out
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    return out
+
+
+def _add(f: StagedFile) -> dict[str, Any]:
+    return {"path": f.path, "partitionValues": {}, "size": f.size, "modificationTime": f.modification_time,
+            "dataChange": True, "stats": f.stats}
+
+
+def _commit(root: str, version: int, actions: list[dict[str, Any]]) -> None:
+    """Create ``_delta_log/<version>.json`` holding ``actions``, only if no one else did."""
+    path = os.path.join(root, "_delta_log", f"{version:020d}.json")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        raise CommitConflict(f"another writer committed version {version} of the Delta table {root} first: the "
+                             "mirror must have one writer (one job per sink.path)", uri=root) from None
+    with os.fdopen(fd, "wb") as f:
+        f.write(b"\n".join(json.dumps(a, separators=(",", ":")).encode() for a in actions) + b"\n")
+
+
+def _descriptors_in_log(root: str, newest: int, paths: set[str]) -> dict[str, dict[str, Any]]:
+    """The deletion vector of the newest ``add`` of each of ``paths``: JSON commits newest first,
+    then the checkpoint they start after."""
+    found: dict[str, dict[str, Any]] = {}
+    logdir = os.path.join(root, "_delta_log")
+    for version in range(newest, -1, -1):
+        try:
+            with open(os.path.join(logdir, f"{version:020d}.json"), "rb") as f:
+                lines = f.read().splitlines()
+        except FileNotFoundError:
+            break
+        for line in lines:
+            add = json.loads(line).get("add") if line.strip() else None
+            if add is not None and unquote(add["path"]) in paths and add.get("deletionVector"):
+                found.setdefault(unquote(add["path"]), add["deletionVector"])
+        if set(found) >= paths:
+            return found
+    checkpoint = os.path.join(logdir, "_last_checkpoint")
+    if os.path.exists(checkpoint):
+        with open(checkpoint, "rb") as f:
+            at = int(json.loads(f.read())["version"])
+        adds = pq.read_table(os.path.join(logdir, f"{at:020d}.checkpoint.parquet"), columns=["add"])["add"]
+        for add in adds.to_pylist():
+            if add is not None and add["path"] in paths and add.get("deletionVector"):
+                dv = {k: v for k, v in add["deletionVector"].items() if v is not None}
+                found.setdefault(add["path"], dv)
+    return found
+

@@ -1,0 +1,128 @@
+"""The mirror's MERGE as deletion vectors (``sink.deletion_vectors``): every batch leaves the mirror
+equal to the model, read the same by delta-rs, DuckDB, Polars and Spark; files are not rewritten;
+replays, a new process, compaction and VACUUM keep it exact (real Delta tables, no server; the
+exactly-once suites run it too: tests/test_pipeline.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from pathlib import Path
+from typing import Any
+
+import change_batches as cb
+import deltalake
+import pyarrow as pa
+import pytest
+
+from sinks.delta.config import DeltaSinkConfig, MaintenanceConfig
+from sinks.delta.deletion_vectors import CommitConflict, _commit, serialize, z85
+from sinks.delta.engines import DeltaTables
+from sinks.delta.maintenance import Maintainer
+
+S, C = cb.SINGLE_KEY, cb.COMPOSITE_KEY
+
+
+def dv_tables(tmp_path: Path, **maintenance: Any) -> DeltaTables:
+    config = DeltaSinkConfig(path=str(tmp_path / "lake"), engine="delta-rs", deletion_vectors=True,
+                             maintenance=MaintenanceConfig.model_construct(**{"every": 0, **maintenance}))
+    return DeltaTables(config, query_id="q")
+
+
+def log_actions(sink: DeltaTables, schema: Any) -> list[dict[str, Any]]:
+    folder = Path(sink.config.uri(schema.table_id, "mirror")) / "_delta_log"
+    return [json.loads(line) for f in sorted(folder.glob("*.json")) for line in f.read_text().splitlines() if line]
+
+
+def start(sink: DeltaTables, schema: Any, rows: list[dict[str, Any]], model: dict[Any, Any]) -> None:
+    """A snapshot in four files, then the job's open: deletion vectors enabled."""
+    for part in range(4):
+        events = [cb.event("r", None, r, 1) for r in rows[part::4]]
+        cb.write_batch(sink, schema, cb.batch(schema, events), part, snapshot_append=True)
+        cb.apply(model, schema, events)
+    Maintainer(sink).size_mirror(schema.table_id)
+    features = deltalake.DeltaTable(sink.config.uri(schema.table_id, "mirror")).protocol().reader_features or []
+    assert "deletionVectors" in features
+
+
+def test_z85_and_the_bitmap_format_match_the_delta_protocol_examples() -> None:
+    # PROTOCOL.md "Deletion Vector Descriptor Schema", JSON example 1 (random prefix "ab") and 3
+    assert z85(bytes.fromhex("d2c639aa8816431aaaf6d3fe2512ff61")) == "^-aqEH.-t@S}K{vb[*k^"
+    import numpy as np
+
+    # example 3 is in Delta's older "native" layout (magic 1681511376, then the bitmap's size); the
+    # 32-bit RoaringBitmap of rows 3, 4, 7, 11, 18, 29 inside it is the standard serialization
+    standard = bytes.fromhex("3a300000010000000000050010000000030004000700" "0b0012001d00")
+    data = serialize(np.array([3, 4, 7, 11, 18, 29]))
+    assert data == struct.pack("<iqI", 1681511377, 1, 0) + standard  # the portable layout, one bucket
+
+
+def test_random_batches_become_deletion_vectors_that_every_reader_applies(tmp_path: Path, spark: Any) -> None:
+    sink, model = dv_tables(tmp_path), dict[Any, Any]()
+    start(sink, S, [cb.row(S, (k,), c_int=k, c_str=f"s{k}") for k in range(100, 140)], model)
+    snapshot_files = {a["add"]["path"] for a in log_actions(sink, S) if "add" in a}
+    batches = cb.random_batches(25, seed=23)  # keys 0..15: created, updated, deleted
+    for batch_id, events in enumerate(batches, start=10):
+        events = events + [cb.event("u", model[(k,)], cb.row(S, (k,), c_int=-batch_id), 0)
+                           for k in range(100 + batch_id % 7, 140, 7)]  # and the snapshot's rows
+        assert cb.write_batch(sink, S, cb.batch(S, events), batch_id).mirror_written
+        cb.apply(model, S, events)
+        assert cb.mirror_rows(sink, S) == cb.model_rows(model), f"after batch {batch_id}"
+    actions = log_actions(sink, S)
+    mirror = deltalake.DeltaTable(sink.config.uri(S.table_id, "mirror"))
+    live = set(pa.table(mirror.get_add_actions()).column("path").to_pylist())
+    assert snapshot_files <= live, "a snapshot file was rewritten instead of given a deletion vector"
+    assert {b["filepath"].rsplit("/", 1)[1] for r in mirror.deletion_vectors() for b in pa.record_batch(r).to_pylist()} \
+        >= snapshot_files, "every snapshot file had changed rows: each has a deletion vector"
+    assert any("deletionVector" in a.get("add", {}) for a in actions)
+    seen = cb.read_with_every_reader(sink.config.uri(S.table_id, "mirror"), spark)  # type: ignore[arg-type]
+    for reader, rows in seen.items():
+        assert cb.frozen_rows(rows) == cb.model_rows(model), f"{reader} reads the mirror differently"
+
+    # a replay is recognised; a new process (nothing remembered) reads the vectors back from the log
+    assert not sink.write_mirror(S, cb.batch(S, batches[-1]), 34)
+    again = dv_tables(tmp_path)
+    events = [cb.event("u", image, {**image, "c_str": "again"}, 1000 + i) for i, image in enumerate(model.values())]
+    assert again.write_mirror(S, cb.batch(S, events), 40)
+    cb.apply(model, S, events)
+    assert cb.mirror_rows(again, S) == cb.model_rows(model)
+
+
+def test_compaction_and_vacuum_keep_the_rows_deletion_vectors_hide_hidden(tmp_path: Path) -> None:
+    sink, model = dv_tables(tmp_path, vacuum_retention_hours=0), dict[Any, Any]()
+    start(sink, S, [cb.row(S, (k,), c_int=k) for k in range(40)], model)
+    for batch_id in range(10, 16):
+        events = [cb.event("u", model[(k,)], cb.row(S, (k,), c_int=-k * batch_id), batch_id)
+                  for k in range(batch_id % 3, 40, 5) if (k,) in model and k != batch_id]
+        events.append(cb.event("d", model[(batch_id,)], None, batch_id))
+        cb.write_batch(sink, S, cb.batch(S, events), batch_id)
+        cb.apply(model, S, events)
+    Maintainer(sink).maintain(S.table_id)
+    mirror = deltalake.DeltaTable(sink.config.uri(S.table_id, "mirror"))
+    assert next(h["operation"] for h in mirror.history()) in ("VACUUM END", "OPTIMIZE")
+    assert not list(mirror.deletion_vectors()), "compaction wrote files without deletion vectors"
+    assert cb.mirror_rows(sink, S) == cb.model_rows(model)
+    events = [cb.event("u", model[(k,)], cb.row(S, (k,), c_int=k), 20) for k in (20, 21)]
+    cb.write_batch(sink, S, cb.batch(S, events), 20)  # deletion vectors on the compacted files
+    cb.apply(model, S, events)
+    assert cb.mirror_rows(sink, S) == cb.model_rows(model)
+
+
+def test_composite_keys_and_a_key_updated_twice(tmp_path: Path) -> None:
+    sink, model = dv_tables(tmp_path), dict[Any, Any]()
+    start(sink, C, [cb.row(C, (k, f"b{k % 3}"), c_int=k) for k in range(24)], model)
+    for batch_id in range(10, 14):
+        events = [cb.event("u", model[(k, f"b{k % 3}")], cb.row(C, (k, f"b{k % 3}"), c_int=batch_id), batch_id)
+                  for k in range(batch_id - 10, 24, 4)]
+        events.append(cb.event("c", None, cb.row(C, (100 + batch_id, "new"), c_int=1), batch_id))
+        cb.write_batch(sink, C, cb.batch(C, events), batch_id)
+        cb.apply(model, C, events)
+        assert cb.mirror_rows(sink, C) == cb.model_rows(model)
+
+
+def test_a_commit_another_writer_took_is_refused_naming_the_cause(tmp_path: Path) -> None:
+    os.makedirs(tmp_path / "_delta_log")
+    _commit(str(tmp_path), 1, [{"commitInfo": {}}])
+    with pytest.raises(CommitConflict, match=r"another writer committed version 1 .* one writer"):
+        _commit(str(tmp_path), 1, [{"commitInfo": {}}])
