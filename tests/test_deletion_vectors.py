@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 
 from sinks.delta.config import DeltaSinkConfig, MaintenanceConfig
-from sinks.delta.deletion_vectors import CommitConflict, _commit, serialize, z85
+from sinks.delta.deletion_vectors import CommitConflict, _commit, serialize, unused_files, z85
 from sinks.delta.engines import DeltaTables
 from sinks.delta.maintenance import Maintainer
 
@@ -98,15 +98,26 @@ def test_compaction_and_vacuum_keep_the_rows_deletion_vectors_hide_hidden(tmp_pa
         events.append(cb.event("d", model[(batch_id,)], None, batch_id))
         cb.write_batch(sink, S, cb.batch(S, events), batch_id)
         cb.apply(model, S, events)
-    Maintainer(sink).maintain(S.table_id)
-    mirror = deltalake.DeltaTable(sink.config.uri(S.table_id, "mirror"))
-    assert next(h["operation"] for h in mirror.history()) in ("VACUUM END", "OPTIMIZE")
+    root = Path(sink.config.uri(S.table_id, "mirror"))  # type: ignore[arg-type]
+    vectors = sorted(root.glob("deletion_vector_*.bin"))
+    assert len(vectors) == 6, "one deletion-vector file per batch"
+    for f in vectors:  # written 10 days ago; the compaction below removes their files now
+        os.utime(f, (f.stat().st_atime - 10 * 86400, f.stat().st_mtime - 10 * 86400))
+    Maintainer(dv_tables(tmp_path, vacuum_retention_hours=168)).maintain(S.table_id)
+    assert sorted(root.glob("deletion_vector_*.bin")) == vectors, "removed within the retention: kept"
+    Maintainer(sink).maintain(S.table_id)  # retention 0
+    mirror = deltalake.DeltaTable(str(root))
     assert not list(mirror.deletion_vectors()), "compaction wrote files without deletion vectors"
+    assert not list(root.glob("deletion_vector_*.bin")), "VACUUM deleted the deletion vectors no file uses"
     assert cb.mirror_rows(sink, S) == cb.model_rows(model)
     events = [cb.event("u", model[(k,)], cb.row(S, (k,), c_int=k), 20) for k in (20, 21)]
     cb.write_batch(sink, S, cb.batch(S, events), 20)  # deletion vectors on the compacted files
     cb.apply(model, S, events)
     assert cb.mirror_rows(sink, S) == cb.model_rows(model)
+    mirror.update_incremental()
+    mirror.create_checkpoint()  # the replay starts from a checkpoint now
+    assert len(list(root.glob("deletion_vector_*.bin"))) == 1
+    assert unused_files(mirror, 0) == [], "the live file's deletion vector would be deleted"
 
 
 def test_composite_keys_and_a_key_updated_twice(tmp_path: Path) -> None:

@@ -22,8 +22,9 @@ read it (``tests/test_deletion_vectors.py``). The table gets the ``deletionVecto
 writer features (``delta.enableDeletionVectors``), which delta-rs's pyarrow reader
 (``DeltaTable.to_pyarrow_table``) refuses: read such a mirror with ``DeltaTable.scan()``,
 DuckDB, Polars or Spark. delta-rs's compaction (:mod:`sinks.delta.maintenance`) applies the
-deletion vectors and writes files without them; its VACUUM keeps the live deletion-vector files
-(and, so far, the ones no file uses any more: a few KB per batch, see README).
+deletion vectors and writes files without them; its VACUUM keeps the deletion-vector files, and
+:func:`unused_files` finds the ones to delete with it: used by no live file and by no version
+within the retention.
 
 It needs a primary key, and a local table (the commit is created with ``O_EXCL``: object stores
 need delta-rs's log store for a put-if-absent). Otherwise the MERGE copy-on-writes as before.
@@ -299,3 +300,61 @@ def _descriptors_in_log(root: str, newest: int, paths: set[str]) -> dict[str, di
                 found.setdefault(add["path"], dv)
     return found
 
+
+
+def unused_files(table: DeltaTable, retention_hours: float) -> list[str]:
+    """The deletion-vector files a VACUUM with this retention may delete: older than it, used by
+    no live file, and by no file removed within it (older versions still read those). The log is
+    replayed from its last checkpoint (which keeps the removes within the retention).
+    """
+    root = local_dir(table.table_uri)
+    if root is None:
+        return []
+    names = [n for n in os.listdir(root) if n.startswith(FILE_PREFIX) and n.endswith(".bin")]
+    if not names:
+        return []
+    cutoff = time.time() - retention_hours * 3600
+    live: dict[tuple[str, str], str] = {}  # (path, deletion vector) -> its file's id
+    kept: set[str] = set()
+    for kind, action in _replay(root, table.version()):
+        dv = action.get("deletionVector") or {}
+        ident = str(dv.get("pathOrInlineDv", ""))[-20:] if dv.get("storageType") == "u" else ""
+        entry = (unquote(action["path"]), f"{ident}@{dv.get('offset')}")
+        if kind == "add":
+            live[entry] = ident
+        else:
+            live.pop(entry, None)
+            if ident and int(action.get("deletionTimestamp") or 0) >= cutoff * 1000:
+                kept.add(ident)
+    kept |= set(live.values())
+    out = []
+    for name in names:
+        path = os.path.join(root, name)
+        try:
+            ident = z85(uuid.UUID(name[len(FILE_PREFIX):-4]).bytes)
+        except ValueError:
+            continue  # not a name this module gives
+        if ident not in kept and os.path.getmtime(path) < cutoff:
+            out.append(path)
+    return out
+
+
+def _replay(root: str, newest: int) -> list[tuple[str, dict[str, Any]]]:
+    """The file actions from the last checkpoint (its adds and removes) to version ``newest``,
+    in order: ("add" | "remove", action)."""
+    logdir, start, out = os.path.join(root, "_delta_log"), 0, []
+    marker = os.path.join(logdir, "_last_checkpoint")
+    if os.path.exists(marker):
+        with open(marker, "rb") as f:
+            at = int(json.loads(f.read())["version"])
+        checkpoint = pq.read_table(os.path.join(logdir, f"{at:020d}.checkpoint.parquet"))
+        for kind in ("add", "remove"):
+            if kind in checkpoint.column_names:
+                out += [(kind, a) for a in checkpoint[kind].to_pylist() if a is not None]
+        start = at + 1
+    for version in range(start, newest + 1):
+        with open(os.path.join(logdir, f"{version:020d}.json"), "rb") as f:
+            for line in f.read().splitlines():
+                action = json.loads(line) if line.strip() else {}
+                out += [(kind, action[kind]) for kind in ("add", "remove") if kind in action]
+    return out

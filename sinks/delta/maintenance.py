@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -57,6 +58,7 @@ from cdc.model.hooks import NO_HOOKS, Hooks
 from cdc.model.schema import TableId
 from sinks.delta.commits import MissingCommit, commits_newest_first, table_fs
 from sinks.delta.deletion_vectors import PROP_ENABLED as PROP_DELETION_VECTORS
+from sinks.delta.deletion_vectors import unused_files
 from sinks.delta.engines import DeltaTables
 from sinks.delta.tables import PROP_KEY, TableKind, open_table
 
@@ -223,9 +225,14 @@ class Maintainer:
         return DeltaTable(self.tables.config.uri(table_id, kind), storage_options=self.tables.config.storage_options or None)
 
     def _vacuum(self, table_id: TableId, kind: TableKind, keep: list[int]) -> int:
-        return len(self._table(table_id, kind).vacuum(
+        table = self._table(table_id, kind)
+        deleted = len(table.vacuum(
             retention_hours=self.config.vacuum_retention_hours, dry_run=False, enforce_retention_duration=False,
             keep_versions=keep or None))
+        for path in unused_files(table, self.config.vacuum_retention_hours):  # delta-rs keeps them all
+            os.remove(path)
+            deleted += 1
+        return deleted
 
     def _kept_for_mirror(self, table_id: TableId) -> list[int]:
         """The changelog versions whose live files a VACUUM must keep: the version before each
