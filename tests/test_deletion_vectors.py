@@ -15,6 +15,7 @@ import change_batches as cb
 import deltalake
 import pyarrow as pa
 import pytest
+from pydantic import ValidationError
 
 from sinks.delta.config import DeltaSinkConfig, MaintenanceConfig
 from sinks.delta.deletion_vectors import CommitConflict, _commit, serialize, unused_files, z85
@@ -137,3 +138,9 @@ def test_a_commit_another_writer_took_is_refused_naming_the_cause(tmp_path: Path
     _commit(str(tmp_path), 1, [{"commitInfo": {}}])
     with pytest.raises(CommitConflict, match=r"another writer committed version 1 .* one writer"):
         _commit(str(tmp_path), 1, [{"commitInfo": {}}])
+
+
+def test_deletion_vectors_on_an_object_store_are_refused_naming_the_fix() -> None:
+    with pytest.raises(ValidationError, match=r"sink.deletion_vectors needs a local sink.path.*deletion_vectors: false"):
+        DeltaSinkConfig(path="s3://bucket/lake", deletion_vectors=True)
+    assert DeltaSinkConfig(path="file:///tmp/lake", deletion_vectors=True).deletion_vectors

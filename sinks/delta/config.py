@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from cdc.model.config import ConfigModel, SinkConfig
 from cdc.model.schema import TableId
@@ -76,6 +76,14 @@ class DeltaSinkConfig(SinkConfig):
         if not v.strip():
             raise ValueError("sink.path must name a directory or URI, e.g. /data/cdc or s3://b/cdc")
         return v
+
+    @model_validator(mode="after")
+    def _deletion_vectors_local(self) -> DeltaSinkConfig:
+        if self.deletion_vectors and "://" in self.path and not self.path.startswith("file://"):
+            raise ValueError(f"sink.deletion_vectors needs a local sink.path, not {self.path}: the job commits "
+                             "deletion vectors with a create-if-absent file, which object stores do not offer "
+                             "here; set sink.deletion_vectors: false (the mirror is then copy-on-write)")
+        return self
 
     def uri(self, table_id: TableId, kind: TableKind) -> str:
         """The URI of ``table_id``'s mirror or changelog."""

@@ -26,8 +26,9 @@ deletion vectors and writes files without them; its VACUUM keeps the deletion-ve
 :func:`unused_files` finds the ones to delete with it: used by no live file and by no version
 within the retention.
 
-It needs a primary key, and a local table (the commit is created with ``O_EXCL``: object stores
-need delta-rs's log store for a put-if-absent). Otherwise the MERGE copy-on-writes as before.
+It needs a primary key (a table without one copy-on-writes as before), and a local table: the
+commit is created with ``O_EXCL``, and object stores need delta-rs's log store for a put-if-absent
+(the config refuses ``sink.deletion_vectors`` with an object-store ``sink.path``).
 """
 
 from __future__ import annotations
