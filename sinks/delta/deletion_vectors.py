@@ -55,7 +55,7 @@ from cdc.model.errors import CdcError
 from cdc.model.schema import TableSchema
 from sinks.changes import DELETE_FLAG
 from sinks.delta.config import DeltaSinkConfig
-from sinks.delta.files import StagedFile, local_dir, write_table_file
+from sinks.delta.files import StagedFile, file_stats, local_dir, write_table_file
 from sinks.delta.rewrite import UPSERT_FILE_ROWS, KeyRanges
 
 log = logging.getLogger(__name__)
@@ -132,7 +132,7 @@ class DeletionVectorMerge:
         paths: list[str] = files.get("path", [])
         files["num_records"] = [n if n is not None else pq.ParquetFile(os.path.join(root, unquote(p))).metadata.num_rows
                                 for p, n in zip(paths, files.get("num_records", []), strict=True)]
-        hidden = self._hidden(table, root)
+        hidden = hidden_rows(table, root)
         keys = source.select(list(key)).cast(pa.schema([storage.field(k) for k in key]))
         ranges = KeyRanges(keys, key[0], files)
 
@@ -180,18 +180,6 @@ class DeletionVectorMerge:
                  - sum(len(hidden.get(p, _EMPTY)) for p in deletes), len(deletes), len(paths), upserts.num_rows,
                  len(staged), time.perf_counter() - began)
 
-    def _hidden(self, table: DeltaTable, root: str) -> dict[str, np.ndarray]:
-        """Each live file's positions that its deletion vector hides (files without one: absent)."""
-        out: dict[str, np.ndarray] = {}
-        prefix = "file://" + root.rstrip("/") + "/"
-        for batch in table.deletion_vectors():
-            rows = pa.record_batch(batch)
-            for uri, keep in zip(rows["filepath"].to_pylist(), rows["selection_vector"], strict=True):
-                mask = np.asarray(keep.values.to_numpy(zero_copy_only=False), dtype=bool)
-                path = unquote(uri[len(prefix):] if uri.startswith(prefix) else uri)
-                out[path] = np.flatnonzero(~mask).astype(np.int64)
-        return out
-
     def _write_vectors(self, root: str, deletes: dict[str, np.ndarray]) -> dict[str, dict[str, Any]]:
         """One deletion-vector file holding every touched file's vector; their descriptors."""
         if not deletes:
@@ -220,6 +208,57 @@ class DeletionVectorMerge:
 
 
 _EMPTY = np.zeros(0, dtype=np.int64)
+
+
+def hidden_rows(table: DeltaTable, root: str) -> dict[str, np.ndarray]:
+    """Each live file's positions that its deletion vector hides (files without one: absent)."""
+    out: dict[str, np.ndarray] = {}
+    prefix = "file://" + root.rstrip("/") + "/"
+    for batch in table.deletion_vectors():
+        rows = pa.record_batch(batch)
+        for uri, keep in zip(rows["filepath"].to_pylist(), rows["selection_vector"], strict=True):
+            mask = np.asarray(keep.values.to_numpy(zero_copy_only=False), dtype=bool)
+            path = unquote(uri[len(prefix):] if uri.startswith(prefix) else uri)
+            out[path] = np.flatnonzero(~mask).astype(np.int64)
+    return out
+
+
+def purge(table: DeltaTable, fraction: float = 0.5) -> int:
+    """Rewrite, without their hidden rows, the files whose deletion vector hides ``fraction`` of
+    their rows or more (Delta's ``REORG ... APPLY (PURGE)``), in one commit that changes no data;
+    the number of files rewritten. Compaction leaves them: they are not small.
+
+    A file is rewritten once it is mostly hidden, so with changes spread over the table the files
+    come due one by one, not all at once.
+    """
+    root = local_dir(table.table_uri)
+    assert root is not None
+    hidden = hidden_rows(table, root)
+    files = pa.table(table.get_add_actions(flatten=True)).to_pydict()
+    rows_of = {p: n for p, n in zip(files.get("path", []), files.get("num_records", []), strict=True)}
+    due = sorted(p for p, h in hidden.items() if rows_of.get(p) and len(h) >= fraction * rows_of[p])
+    if not due:
+        return 0
+    old = _descriptors_in_log(root, table.version(), set(due))
+    now = int(time.time() * 1000)
+    actions: list[dict[str, Any]] = [{"commitInfo": {"timestamp": now, "operation": "REORG", "clientVersion": "spark-cdc",
+                                                     "operationParameters": {"applyPurge": "true"}}}]
+    for path in due:
+        rows = pq.read_table(os.path.join(root, unquote(path)))
+        keep = np.ones(rows.num_rows, dtype=bool)
+        keep[hidden[path]] = False
+        rows = rows.filter(pa.array(keep))
+        name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
+        pq.write_table(rows, os.path.join(root, name), compression="snappy")
+        actions.append({"remove": {"path": path, "deletionTimestamp": now, "dataChange": False,
+                                   "extendedFileMetadata": True, "partitionValues": {},
+                                   "size": files["size_bytes"][files["path"].index(path)],
+                                   **({"deletionVector": old[path]} if path in old else {})}})
+        actions.append({"add": {"path": name, "partitionValues": {}, "size": os.path.getsize(os.path.join(root, name)),
+                                "modificationTime": now, "dataChange": False, "stats": file_stats(rows)}})
+    _commit(root, table.version() + 1, actions)
+    table.update_incremental()
+    return len(due)
 
 
 def _positions(path: str, keys: pa.Table, key: tuple[str, ...]) -> np.ndarray:
