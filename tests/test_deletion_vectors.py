@@ -176,3 +176,20 @@ def test_maintenance_purges_mostly_hidden_files_and_leaves_the_snapshot_files(tm
     seen = cb.read_with_every_reader(str(root))
     for reader, rows in seen.items():
         assert cb.frozen_rows(rows) == cb.model_rows(model), f"{reader} reads the mirror differently"
+
+
+def test_a_mirror_with_deletion_vectors_keeps_them_when_the_option_is_turned_off(tmp_path: Path) -> None:
+    """A copy-on-write MERGE would read the files without their vectors (rows come back): the
+    table's property, not the option, decides."""
+    sink, model = dv_tables(tmp_path), dict[Any, Any]()
+    start(sink, S, [cb.row(S, (k,), c_int=k) for k in range(20)], model)
+    events = [cb.event("u", model[(k,)], cb.row(S, (k,), c_int=-k), 10) for k in range(0, 20, 3)]
+    cb.write_batch(sink, S, cb.batch(S, events), 10)
+    cb.apply(model, S, events)
+    off = DeltaTables(sink.config.model_copy(update={"deletion_vectors": False}), query_id="q")
+    events = [cb.event("d", model[(k,)], None, 11) for k in range(0, 20, 4)]
+    cb.write_batch(off, S, cb.batch(S, events), 11)
+    cb.apply(model, S, events)
+    assert cb.mirror_rows(off, S) == cb.model_rows(model)
+    assert '"deletionVector"' in (Path(sink.config.uri(S.table_id, "mirror")) / "_delta_log"  # type: ignore[arg-type]
+                                   / f"{deltalake.DeltaTable(sink.config.uri(S.table_id, 'mirror')).version():020d}.json").read_text()

@@ -61,7 +61,8 @@ class DeltaSinkConfig(SinkConfig):
                                    "rewriting every file that holds a changed key: a MERGE costs the changed rows, "
                                    "not the table; for tables with a primary key on a local path; readers must "
                                    "apply deletion vectors (Spark, DuckDB, Polars, delta-rs's `scan()`; not "
-                                   "delta-rs's `to_pyarrow_table`)")
+                                   "delta-rs's `to_pyarrow_table`); once on, a mirror keeps them (its files may "
+                                   "carry some)")
     maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig, description="compaction "
                                            "and VACUUM of the mirror and changelog, run by the job")
 
