@@ -121,7 +121,7 @@ def test_snapshot_with_concurrent_writers_is_exact(async_mirror: bool, pipeline:
     ("plan", 1, _RS),               # after staging, before the next plan (driver)
     ("emit", 1, _RS),               # an emit task dies
     *[("after_sink_commit", 1, e) for e in (_RS, _SPARK, _DV)],  # Delta committed, Spark's commit log not
-    ("stream", 0, _RS),                                     # the binlog phase dies
+    ("stream", 0, _RS),                                          # the binlog phase dies
     *[("mirror", 0, e) for e in (_RS, _SPARK, _DV)],             # a background mirror MERGE dies
     ("maintenance", 0, _RS),        # before a compaction, in the mirror follower's thread
 ], indirect=["pipeline"])
@@ -362,7 +362,6 @@ def test_kafka_crash_and_restart_is_exact(point: str, after: int, kafka_pipeline
             kafka_pipeline.run()
         restarted = kafka_pipeline.run()
     kafka_pipeline.run()
-    assert_deletion_vectors_used(pipeline, "t")
     if point == "after_sink_commit":
         replayed = restarted[0]  # Spark replays the batch whose commit log it never wrote
         assert replayed.snapshot_rows + replayed.change_rows > 0, "the replayed batch had rows"
