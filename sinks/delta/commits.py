@@ -46,13 +46,22 @@ def commits_newest_first(fs: pafs.FileSystem, newest: int, app_id: str) -> Itera
         MissingCommit: a commit file is gone.
     """
     for version in range(newest, -1, -1):
-        try:
-            with fs.open_input_stream(f"_delta_log/{version:020d}.json") as f:
-                text = f.read().decode()
-        except (FileNotFoundError, OSError):
-            raise MissingCommit(f"commit {version}") from None
-        actions = [json.loads(line) for line in text.splitlines() if line.strip()]
+        actions = read_actions(fs, version)
         txn = next((a["txn"] for a in actions if "txn" in a and a["txn"]["appId"] == app_id), None)
         info: dict[str, Any] = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
         yield Commit(version, None if txn is None else int(txn["version"]), info.get("operation"),
                      [unquote(a["add"]["path"]) for a in actions if "add" in a], info.get("timestamp"))
+
+
+def read_actions(fs: pafs.FileSystem, version: int) -> list[dict[str, Any]]:
+    """The actions of commit ``version`` (``fs`` rooted at the table).
+
+    Raises:
+        MissingCommit: the commit file is gone.
+    """
+    try:
+        with fs.open_input_stream(f"_delta_log/{version:020d}.json") as f:
+            text = f.read().decode()
+    except (FileNotFoundError, OSError):
+        raise MissingCommit(f"commit {version}") from None
+    return [json.loads(line) for line in text.splitlines() if line.strip()]

@@ -47,6 +47,7 @@ from urllib.parse import unquote
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pyroaring
 from deltalake import DeltaTable
@@ -54,8 +55,9 @@ from deltalake import DeltaTable
 from cdc.model.errors import CdcError
 from cdc.model.schema import TableSchema
 from sinks.changes import DELETE_FLAG
+from sinks.delta.commits import MissingCommit, read_actions
 from sinks.delta.config import DeltaSinkConfig
-from sinks.delta.files import StagedFile, file_stats, local_dir, write_table_file
+from sinks.delta.files import StagedFile, local_dir, write_file, write_table_file
 from sinks.delta.rewrite import UPSERT_FILE_ROWS, KeyRanges
 
 log = logging.getLogger(__name__)
@@ -161,13 +163,13 @@ class DeletionVectorMerge:
                                                     "deletionVectors": str(len(deletes))}}},
             {"txn": {"appId": app, "version": batch_id, "lastUpdated": now}},
         ]
-        for i, path in ((paths.index(p), p) for p in deletes):
-            common = {"path": path, "partitionValues": {}, "size": files["size_bytes"][i]}
-            actions.append({"remove": {**common, "deletionTimestamp": now, "dataChange": True,
-                                       "extendedFileMetadata": True,
-                                       **({"deletionVector": old[path]} if path in old else {})}})
-            actions.append({"add": {**common, "modificationTime": now, "dataChange": True,
-                                    "stats": _wide_stats(files, i), "deletionVector": vectors[path]}})
+        position = {p: i for i, p in enumerate(paths)}
+        for path in deletes:
+            i = position[path]
+            actions.append(_remove(path, files["size_bytes"][i], old.get(path), now, data_change=True))
+            actions.append({"add": {"path": path, "partitionValues": {}, "size": files["size_bytes"][i],
+                                    "modificationTime": now, "dataChange": True, "stats": _wide_stats(files, i),
+                                    "deletionVector": vectors[path]}})
         actions += [{"add": _add(f)} for f in staged]
         version = table.version() + 1
         _commit(root, version, actions)
@@ -236,6 +238,7 @@ def purge(table: DeltaTable, fraction: float = 0.5) -> int:
     hidden = hidden_rows(table, root)
     files = pa.table(table.get_add_actions(flatten=True)).to_pydict()
     rows_of = {p: n for p, n in zip(files.get("path", []), files.get("num_records", []), strict=True)}
+    size_of = {p: n for p, n in zip(files.get("path", []), files.get("size_bytes", []), strict=True)}
     due = sorted(p for p, h in hidden.items() if rows_of.get(p) and len(h) >= fraction * rows_of[p])
     if not due:
         return 0
@@ -247,15 +250,9 @@ def purge(table: DeltaTable, fraction: float = 0.5) -> int:
         rows = pq.read_table(os.path.join(root, unquote(path)))
         keep = np.ones(rows.num_rows, dtype=bool)
         keep[hidden[path]] = False
-        rows = rows.filter(pa.array(keep))
-        name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
-        pq.write_table(rows, os.path.join(root, name), compression="snappy")
-        actions.append({"remove": {"path": path, "deletionTimestamp": now, "dataChange": False,
-                                   "extendedFileMetadata": True, "partitionValues": {},
-                                   "size": files["size_bytes"][files["path"].index(path)],
-                                   **({"deletionVector": old[path]} if path in old else {})}})
-        actions.append({"add": {"path": name, "partitionValues": {}, "size": os.path.getsize(os.path.join(root, name)),
-                                "modificationTime": now, "dataChange": False, "stats": file_stats(rows)}})
+        written = write_file(table.table_uri, {}, "", "mirror", rows.filter(pa.array(keep)))
+        actions.append(_remove(path, size_of[path], old.get(path), now, data_change=False))
+        actions.append({"add": {**_add(written), "dataChange": False}})
     _commit(root, table.version() + 1, actions)
     table.update_incremental()
     return len(due)
@@ -300,6 +297,13 @@ def _add(f: StagedFile) -> dict[str, Any]:
             "dataChange": True, "stats": f.stats}
 
 
+def _remove(path: str, size: int, vector: dict[str, Any] | None, now: int, *, data_change: bool) -> dict[str, Any]:
+    """The ``remove`` of a live file, naming the deletion vector it carries (a logical file is
+    its path and its vector)."""
+    return {"remove": {"path": path, "deletionTimestamp": now, "dataChange": data_change, "extendedFileMetadata": True,
+                       "partitionValues": {}, "size": size, **({"deletionVector": vector} if vector else {})}}
+
+
 def _commit(root: str, version: int, actions: list[dict[str, Any]]) -> None:
     """Create ``_delta_log/<version>.json`` holding ``actions``, only if no one else did."""
     path = os.path.join(root, "_delta_log", f"{version:020d}.json")
@@ -316,31 +320,21 @@ def _descriptors_in_log(root: str, newest: int, paths: set[str]) -> dict[str, di
     """The deletion vector of the newest ``add`` of each of ``paths``: JSON commits newest first,
     then the checkpoint they start after."""
     found: dict[str, dict[str, Any]] = {}
-    logdir = os.path.join(root, "_delta_log")
+    fs = _log_fs(root)
     for version in range(newest, -1, -1):
         try:
-            with open(os.path.join(logdir, f"{version:020d}.json"), "rb") as f:
-                lines = f.read().splitlines()
-        except FileNotFoundError:
+            actions = read_actions(fs, version)
+        except MissingCommit:
             break
-        for line in lines:
-            add = json.loads(line).get("add") if line.strip() else None
-            if add is not None and unquote(add["path"]) in paths and add.get("deletionVector"):
+        for add in (a["add"] for a in actions if "add" in a):
+            if unquote(add["path"]) in paths and add.get("deletionVector"):
                 found.setdefault(unquote(add["path"]), add["deletionVector"])
         if set(found) >= paths:
             return found
-    checkpoint = os.path.join(logdir, "_last_checkpoint")
-    if os.path.exists(checkpoint):
-        with open(checkpoint, "rb") as f:
-            at = int(json.loads(f.read())["version"])
-        adds = pq.read_table(os.path.join(logdir, f"{at:020d}.checkpoint.parquet"), columns=["add"])["add"]
-        for add in adds.to_pylist():
-            if add is not None and add["path"] in paths and add.get("deletionVector"):
-                dv = {k: v for k, v in add["deletionVector"].items() if v is not None}
-                found.setdefault(add["path"], dv)
+    for add in _checkpoint(root, ("add",))[1].get("add", []):
+        if add["path"] in paths and add.get("deletionVector"):
+            found.setdefault(add["path"], {k: v for k, v in add["deletionVector"].items() if v is not None})
     return found
-
-
 
 def unused_files(table: DeltaTable, retention_hours: float) -> list[str]:
     """The deletion-vector files a VACUUM with this retention may delete: older than it, used by
@@ -382,19 +376,25 @@ def unused_files(table: DeltaTable, retention_hours: float) -> list[str]:
 def _replay(root: str, newest: int) -> list[tuple[str, dict[str, Any]]]:
     """The file actions from the last checkpoint (its adds and removes) to version ``newest``,
     in order: ("add" | "remove", action)."""
-    logdir, start, out = os.path.join(root, "_delta_log"), 0, []
-    marker = os.path.join(logdir, "_last_checkpoint")
-    if os.path.exists(marker):
-        with open(marker, "rb") as f:
-            at = int(json.loads(f.read())["version"])
-        checkpoint = pq.read_table(os.path.join(logdir, f"{at:020d}.checkpoint.parquet"))
-        for kind in ("add", "remove"):
-            if kind in checkpoint.column_names:
-                out += [(kind, a) for a in checkpoint[kind].to_pylist() if a is not None]
-        start = at + 1
-    for version in range(start, newest + 1):
-        with open(os.path.join(logdir, f"{version:020d}.json"), "rb") as f:
-            for line in f.read().splitlines():
-                action = json.loads(line) if line.strip() else {}
-                out += [(kind, action[kind]) for kind in ("add", "remove") if kind in action]
+    at, checkpoint = _checkpoint(root, ("add", "remove"))
+    out = [(kind, a) for kind, actions in checkpoint.items() for a in actions]
+    fs = _log_fs(root)
+    for version in range(at + 1, newest + 1):
+        out += [(kind, a[kind]) for a in read_actions(fs, version) for kind in ("add", "remove") if kind in a]
     return out
+
+
+def _checkpoint(root: str, kinds: tuple[str, ...]) -> tuple[int, dict[str, list[dict[str, Any]]]]:
+    """The last checkpoint's version (-1: none) and its actions of these kinds."""
+    logdir = os.path.join(root, "_delta_log")
+    marker = os.path.join(logdir, "_last_checkpoint")
+    if not os.path.exists(marker):
+        return -1, {}
+    with open(marker, "rb") as f:
+        at = int(json.loads(f.read())["version"])
+    table = pq.read_table(os.path.join(logdir, f"{at:020d}.checkpoint.parquet"))
+    return at, {k: [a for a in table[k].to_pylist() if a is not None] for k in kinds if k in table.column_names}
+
+
+def _log_fs(root: str) -> pafs.FileSystem:
+    return pafs.SubTreeFileSystem(root, pafs.LocalFileSystem())

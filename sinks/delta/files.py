@@ -217,18 +217,22 @@ def write_snapshot_files(
 def write_table_file(
     config: DeltaSinkConfig, schema: TableSchema, kind: TableKind, rows: pa.Table
 ) -> StagedFile:
-    uri = config.uri(schema.table_id, kind)
+    return write_file(config.uri(schema.table_id, kind), config.storage_options, str(schema.table_id), kind, rows)
+
+
+def write_file(uri: str, storage_options: dict[str, str], table: str, kind: TableKind, rows: pa.Table) -> StagedFile:
+    """One Parquet file of ``rows`` in the Delta table at ``uri`` (not committed)."""
     path = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
     local = local_dir(uri)
     if local is not None:  # pyarrow's own file system: no Python file object in between
         os.makedirs(local, exist_ok=True)
         fs, target = pafs.LocalFileSystem(), os.path.join(local, path)
     else:
-        fs, target = pafs.PyFileSystem(DeltaStorageHandler(uri, config.storage_options or None)), path
+        fs, target = pafs.PyFileSystem(DeltaStorageHandler(uri, storage_options or None)), path
     pq.write_table(rows, target, filesystem=fs, compression="snappy", **_parquet_options(kind, rows.schema))
     info = fs.get_file_info(target)
     return StagedFile(
-        kind=kind, table=str(schema.table_id), path=path, size=int(info.size),
+        kind=kind, table=table, path=path, size=int(info.size),
         modification_time=int(time.time() * 1000), stats=file_stats(rows),
         num_records=rows.num_rows,
     )
