@@ -59,7 +59,7 @@ from sinks.delta.config import DeltaSinkConfig, MaintenanceConfig
 from sinks.delta.engines import DeltaTables
 from sinks.delta.follower import MirrorFollower
 from sinks.delta.maintenance import Maintainer
-from sinks.delta.tables import TableKind
+from sinks.delta.tables import TableKind, read_table
 
 RESULTS = Path(__file__).parent / "results"
 KINDS: tuple[TableKind, ...] = ("changelog", "mirror")
@@ -139,7 +139,7 @@ def measure_table(uri: str, con: Any, how: str) -> dict[str, Any]:
         return int(con.sql(f"SELECT * FROM read_parquet([{live}])").to_arrow_table().num_rows)
 
     readers: dict[str, Callable[[], int]] = {
-        "delta-rs": lambda: DeltaTable(uri).to_pyarrow_table().num_rows,
+        "delta-rs": lambda: read_table(uri).num_rows,  # deletion vectors applied
         "duckdb": duck,
         "polars": lambda: pl.read_delta(uri).height,
     }

@@ -193,8 +193,10 @@ class Bench:
 
     def sink_options(self) -> dict[str, Any]:
         """The Delta sink's keys other than its path: ``--mirror-file-size`` and
-        ``--deletion-vectors``, else the job's defaults."""
-        options: dict[str, Any] = {"deletion_vectors": True} if self.args.deletion_vectors else {}
+        ``--deletion-vectors`` or ``--copy-on-write``, else the job's defaults."""
+        options: dict[str, Any] = {}
+        if self.args.deletion_vectors or self.args.copy_on_write:
+            options["deletion_vectors"] = bool(self.args.deletion_vectors)
         if self.args.mirror_file_size != "default":
             options["maintenance"] = {"mirror_file_size": parse_caps(self.args.mirror_file_size)[0]}
         return options
@@ -601,8 +603,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--mirror-file-size", default="default", help="sink.maintenance.mirror_file_size of every run "
                    "(bytes, or with a MiB suffix; `default`: the job's); 100MiB is delta-rs's own default, "
                    "the mirror's file size before the job capped it")
-    p.add_argument("--deletion-vectors", action="store_true", help="the mirror with sink.deletion_vectors "
-                   "(its MERGEs as deletion vectors; results in ...-dv.json)")
+    layout = p.add_mutually_exclusive_group()
+    layout.add_argument("--deletion-vectors", action="store_true", help="sink.deletion_vectors: true (the "
+                        "job's default, auto, gives the new mirrors deletion vectors too; results in ...-dv.json)")
+    layout.add_argument("--copy-on-write", action="store_true", help="sink.deletion_vectors: false: the mirror's "
+                        "MERGEs rewrite the files holding changed keys, as before 2026-11-26 (results in ...-cow.json)")
     p.add_argument("--catch-up-only", action="store_true", help="only the snapshot and the catch-up runs "
                    "(peak RSS per process of each; no peers, no latency)")
     p.add_argument("--keep", action="store_true", help="keep the work directory (lakes, checkpoints, logs)")
@@ -624,6 +629,11 @@ def check_tools() -> None:
     if missing:
         raise SystemExit(f"missing {', '.join(missing)}: pip install {' '.join(missing)} "
                          "(the `bench` extra: pip install -e '.[bench]')")
+
+
+def layout_suffix(args: argparse.Namespace) -> str:
+    """The result file's suffix for a mirror layout other than the job's default."""
+    return "-dv" if args.deletion_vectors else "-cow" if args.copy_on_write else ""
 
 
 def main() -> None:
@@ -649,8 +659,8 @@ def main() -> None:
           f"{'noisy numbers' if max(load_start, load()) > 2 else 'quiet'}).")
     stamp = dt.date.today().isoformat()
     if args.catch_up_only:
-        sized = ("" if args.mirror_file_size == "default" else f"-mirror{args.mirror_file_size.lower()}") + (
-            "-dv" if args.deletion_vectors else "")
+        sized = ("" if args.mirror_file_size == "default" else f"-mirror{args.mirror_file_size.lower()}") + \
+            layout_suffix(args)
         out = RESULTS / f"tpcds_customer-{stamp}-sf{args.scale}-catchup-burst{args.burst}{sized}.json"
         out.parent.mkdir(exist_ok=True)
         out.write_text(json.dumps({
@@ -664,8 +674,7 @@ def main() -> None:
     where = explain(lines, facts)
     print("\nwhere the time goes:\n  " + "\n  ".join(where))
     mode = ("-quick" if args.quick else "-full" if args.full else "") + (
-        f"-burst{args.burst}" if args.burst != BURST and not args.quick else "") + (
-        "-dv" if args.deletion_vectors else "")
+        f"-burst{args.burst}" if args.burst != BURST and not args.quick else "") + layout_suffix(args)
     out = RESULTS / f"tpcds_customer-{stamp}-sf{args.scale}{mode}.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps({

@@ -66,7 +66,7 @@ class Pipeline:
         self.faults = FileFaults(self.workdir / "faults")
         self.async_mirror = True
         self.engine = "delta-rs"  # the Delta engine (the job's default; test_pipeline runs both)
-        self.deletion_vectors = False  # sink.deletion_vectors (delta-rs; test_pipeline runs it too)
+        self.deletion_vectors: bool | str = "auto"  # sink.deletion_vectors (the job's default; test_pipeline runs false too)
         # Tables by name (sink.register_tables, on by default) make the driver's JVM load delta-spark and
         # read each table's log at every start: about 7 s of CPU per run in a warm session here, 20 s
         # in a fresh driver process. The exactly-once suites test the data, so they register only

@@ -55,10 +55,11 @@ def create_table(admin: pymysql.connections.Connection, name: str = "t", rows: i
 # files and the driver commits them the same way on both, and the SIGKILL suite covers the
 # rest on delta-spark (CI time: each delta-spark MERGE is several Spark jobs; the engine's own
 # contract is tests/test_delta_tables.py and tests/test_sink_contract.py).
-# The mirror written with deletion vectors (sink.deletion_vectors: its own commits) runs the cases
-# where the mirror is written, and the SIGKILLs.
-_RS, _SPARK, _DV = "delta-rs", "delta-spark", "delta-rs-deletion-vectors"
-ENGINES = pytest.mark.parametrize("pipeline", [_RS, _SPARK, _DV], indirect=True)
+# delta-rs writes the mirror with deletion vectors (sink.deletion_vectors: auto, its own commits);
+# the copy-on-write mirror (deletion_vectors: false) runs the cases where the mirror is written,
+# and the SIGKILLs.
+_RS, _SPARK, _COW = "delta-rs", "delta-spark", "delta-rs-copy-on-write"
+ENGINES = pytest.mark.parametrize("pipeline", [_RS, _SPARK, _COW], indirect=True)
 
 
 @pytest.fixture
@@ -67,8 +68,8 @@ def pipeline(request: pytest.FixtureRequest, spark: Any, mysql_server: Sandbox, 
     """The pipeline into Delta, with the engine a test is parametrized with (default delta-rs)."""
     p = Pipeline(spark, mysql_server, database, tmp_path)
     p.engine = getattr(request, "param", _RS)
-    if p.engine == _DV:
-        p.engine, p.deletion_vectors = _RS, True
+    if p.engine == _COW:
+        p.engine, p.deletion_vectors = _RS, False
     yield p
     p.cleanup()
 
@@ -80,10 +81,14 @@ def check_all(p: Pipeline) -> None:
 
 
 def assert_deletion_vectors_used(p: Pipeline, table: str) -> None:
-    """With ``sink.deletion_vectors`` the mirror's MERGEs committed deletion vectors."""
-    if p.deletion_vectors:
-        log = (p.lake / p.database / table / "_delta_log").glob("*.json")
-        assert any('"deletionVector"' in f.read_text() for f in log), f"{table}: no deletion vector was written"
+    """With delta-rs and ``sink.deletion_vectors`` (on by default) the mirror's MERGEs committed
+    deletion vectors; copy-on-write and delta-spark, none of ours."""
+    log = (p.lake / p.database / table / "_delta_log").glob("*.json")
+    ours = any('"deletionVector"' in f.read_text() for f in log)
+    if p.engine == _RS and p.deletion_vectors is not False:
+        assert ours, f"{table}: no deletion vector was written"
+    elif p.engine == _RS:
+        assert not ours, f"{table}: deletion vectors in a copy-on-write mirror"
 
 
 def assert_maintained(p: Pipeline, table: str) -> None:
@@ -93,8 +98,8 @@ def assert_maintained(p: Pipeline, table: str) -> None:
         assert any(h["operation"] == "OPTIMIZE" for h in history), f"{name} was never compacted"
 
 
-@pytest.mark.parametrize(("async_mirror", "pipeline"), [(True, _RS), (False, _RS), (True, _DV)],
-                         ids=["mirror-follows-delta-rs", "mirror-inline-delta-rs", "mirror-follows-deletion-vectors"],
+@pytest.mark.parametrize(("async_mirror", "pipeline"), [(True, _RS), (False, _RS), (True, _COW)],
+                         ids=["mirror-follows-delta-rs", "mirror-inline-delta-rs", "mirror-follows-copy-on-write"],
                          indirect=["pipeline"])
 def test_snapshot_with_concurrent_writers_is_exact(async_mirror: bool, pipeline: Pipeline, admin: Any,
                                                    mysql_server: Sandbox) -> None:
@@ -120,9 +125,9 @@ def test_snapshot_with_concurrent_writers_is_exact(async_mirror: bool, pipeline:
     ("stage", 1, _RS),              # a staging task dies (second chunk staged)
     ("plan", 1, _RS),               # after staging, before the next plan (driver)
     ("emit", 1, _RS),               # an emit task dies
-    *[("after_sink_commit", 1, e) for e in (_RS, _SPARK, _DV)],  # Delta committed, Spark's commit log not
+    *[("after_sink_commit", 1, e) for e in (_RS, _SPARK, _COW)],  # Delta committed, Spark's commit log not
     ("stream", 0, _RS),                                          # the binlog phase dies
-    *[("mirror", 0, e) for e in (_RS, _SPARK, _DV)],             # a background mirror MERGE dies
+    *[("mirror", 0, e) for e in (_RS, _SPARK, _COW)],             # a background mirror MERGE dies
     ("maintenance", 0, _RS),        # before a compaction, in the mirror follower's thread
 ], indirect=["pipeline"])
 def test_crash_and_restart_is_exact(point: str, after: int, pipeline: Pipeline, admin: Any,

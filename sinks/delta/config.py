@@ -56,13 +56,15 @@ class DeltaSinkConfig(SinkConfig):
                                "trails the changelog (batches queued meanwhile are merged together; after "
                                "a crash the mirror catches up from the changelog); `false` MERGEs inside "
                                "every batch")
-    deletion_vectors: bool = Field(default=False, description="(delta-rs engine) record the mirror's updates "
-                                   "and deletes in deletion vectors, in commits this project writes, instead of "
-                                   "rewriting every file that holds a changed key: a MERGE costs the changed rows, "
-                                   "not the table; for tables with a primary key on a local path; readers must "
-                                   "apply deletion vectors (Spark, DuckDB, Polars, delta-rs's `scan()`; not "
-                                   "delta-rs's `to_pyarrow_table`); once on, a mirror keeps them (its files may "
-                                   "carry some)")
+    deletion_vectors: Literal["auto"] | bool = Field(
+        default="auto", description="(delta-rs engine) record the mirror's updates and deletes in deletion "
+        "vectors, in commits this project writes, instead of rewriting every file that holds a changed key: a "
+        "MERGE then costs the changed rows, not the table (README \"Delta engines\"); for mirrors with a primary "
+        "key on a local path. `auto`: the mirrors the job creates get them, an existing copy-on-write mirror "
+        "stays so (its readers keep working), an object-store path stays copy-on-write; `true`: existing mirrors "
+        "too; `false`: copy-on-write. Readers must apply deletion vectors (Spark, DuckDB, Polars, delta-rs's "
+        "`scan()` and `QueryBuilder`; not delta-rs's `to_pyarrow_table` or `to_pandas`); once on, a mirror keeps "
+        "them (its files may carry some)")
     maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig, description="compaction "
                                            "and VACUUM of the mirror and changelog, run by the job")
 
@@ -80,11 +82,23 @@ class DeltaSinkConfig(SinkConfig):
 
     @model_validator(mode="after")
     def _deletion_vectors_local(self) -> DeltaSinkConfig:
-        if self.deletion_vectors and "://" in self.path and not self.path.startswith("file://"):
+        if self.deletion_vectors is True and not self.local:
             raise ValueError(f"sink.deletion_vectors needs a local sink.path, not {self.path}: the job commits "
                              "deletion vectors with a create-if-absent file, which object stores do not offer "
                              "here; set sink.deletion_vectors: false (the mirror is then copy-on-write)")
         return self
+
+    @property
+    def local(self) -> bool:
+        """Whether ``path`` is on a local (or mounted) file system, not an object store."""
+        return "://" not in self.path or self.path.startswith("file://")
+
+    def wants_deletion_vectors(self, *, new: bool) -> bool:
+        """Whether a mirror with a primary key gets deletion vectors (``new``: the job has just
+        created it, and it holds nothing yet)."""
+        if self.deletion_vectors == "auto":
+            return new and self.local
+        return self.deletion_vectors
 
     def uri(self, table_id: TableId, kind: TableKind) -> str:
         """The URI of ``table_id``'s mirror or changelog."""

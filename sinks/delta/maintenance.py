@@ -112,9 +112,10 @@ class Maintainer:
 
     def size_mirror(self, table_id: TableId) -> None:
         """Set the mirror's ``delta.targetFileSize`` to ``mirror_file_size`` when it differs, and
-        enable deletion vectors on a mirror with a primary key when ``sink.deletion_vectors``
-        asks for them (:mod:`sinks.delta.deletion_vectors`; never turned off again: its files
-        may carry some).
+        enable deletion vectors on a mirror with a primary key that the delta-rs engine writes
+        when ``sink.deletion_vectors`` asks for them: ``true``, or ``auto`` for a mirror just
+        created (version 0) on a local path (:mod:`sinks.delta.deletion_vectors`; never turned
+        off again: its files may carry some).
 
         Call it while nothing else writes the mirror: before the follower starts, or before a
         new table's first batch (a properties commit conflicts with a concurrent MERGE).
@@ -125,7 +126,8 @@ class Maintainer:
             return
         current = table.metadata().configuration
         wanted = {PROP_TARGET_SIZE: str(self.config.mirror_file_size)}
-        if self.tables.config.deletion_vectors and json.loads(current.get(PROP_KEY, "[]")):
+        if self.tables.engine_name == "delta-rs" and json.loads(current.get(PROP_KEY, "[]")) and \
+                self.tables.config.wants_deletion_vectors(new=table.version() == 0):
             wanted[PROP_DELETION_VECTORS] = "true"
         if any(current.get(k) != v for k, v in wanted.items()):
             table.alter.set_table_properties(wanted, raise_if_not_exists=False)
