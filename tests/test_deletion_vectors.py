@@ -17,10 +17,12 @@ import pyarrow as pa
 import pytest
 from pydantic import ValidationError
 
+from sinks.changes import mirror_schema
 from sinks.delta.config import DeltaSinkConfig, MaintenanceConfig
 from sinks.delta.deletion_vectors import CommitConflict, _commit, serialize, unused_files, z85
 from sinks.delta.engines import DeltaTables
 from sinks.delta.maintenance import Maintainer
+from sinks.delta.tables import ensure_table
 
 S, C = cb.SINGLE_KEY, cb.COMPOSITE_KEY
 
@@ -193,3 +195,47 @@ def test_a_mirror_with_deletion_vectors_keeps_them_when_the_option_is_turned_off
     assert cb.mirror_rows(off, S) == cb.model_rows(model)
     assert '"deletionVector"' in (Path(sink.config.uri(S.table_id, "mirror")) / "_delta_log"  # type: ignore[arg-type]
                                    / f"{deltalake.DeltaTable(sink.config.uri(S.table_id, 'mirror')).version():020d}.json").read_text()
+
+
+def test_auto_gives_the_mirrors_a_job_creates_deletion_vectors_and_leaves_existing_ones(tmp_path: Path) -> None:
+    """``auto`` (the default): a mirror just created gets deletion vectors; one that already holds
+    copy-on-write data stays so (its pyarrow readers keep working) until ``true``; an object
+    store stays copy-on-write."""
+    def reader_features(sink: DeltaTables) -> list[str]:
+        return deltalake.DeltaTable(sink.config.uri(S.table_id, "mirror")).protocol().reader_features or []
+
+    def tables(root: Path, **options: Any) -> DeltaTables:
+        return DeltaTables(DeltaSinkConfig(path=str(root), engine="delta-rs", **options), query_id="q")
+
+    new, model = tables(tmp_path / "new"), dict[Any, Any]()
+    assert new.config.deletion_vectors == "auto"
+    ensure_table(new.config.uri(S.table_id, "mirror"), {}, S, "mirror", mirror_schema(S))  # as the job's open does
+    Maintainer(new).size_mirror(S.table_id)
+    assert "deletionVectors" in reader_features(new)
+    for batch_id, op in enumerate(("r", "u"), start=1):  # a snapshot, then updates of three keys
+        events = [cb.event(op, model.get((k,)), cb.row(S, (k,), c_int=k * batch_id), batch_id)
+                  for k in range(10 if op == "r" else 3)]
+        cb.write_batch(new, S, cb.batch(S, events), batch_id, snapshot_append=op == "r")
+        cb.apply(model, S, events)
+    assert cb.mirror_rows(new, S) == cb.model_rows(model)
+    assert any("deletionVector" in a.get("add", {}) and a["add"]["deletionVector"] for a in log_actions(new, S))
+
+    old, model = tables(tmp_path / "old", deletion_vectors=False), {}
+    start_events = [cb.event("r", None, cb.row(S, (k,), c_int=k), 1) for k in range(10)]
+    cb.write_batch(old, S, cb.batch(S, start_events), 1, snapshot_append=True)
+    cb.apply(model, S, start_events)
+    Maintainer(old).size_mirror(S.table_id)
+    auto = tables(tmp_path / "old")  # the job restarted with the default
+    Maintainer(auto).size_mirror(S.table_id)
+    assert "deletionVectors" not in reader_features(auto)
+    events = [cb.event("u", model[(k,)], cb.row(S, (k,), c_int=-k), 2) for k in range(3)]
+    cb.write_batch(auto, S, cb.batch(S, events), 2)
+    cb.apply(model, S, events)
+    assert cb.frozen_rows(deltalake.DeltaTable(auto.config.uri(S.table_id, "mirror")).to_pyarrow_table().to_pylist()) \
+        == cb.model_rows(model), "an existing mirror's pyarrow readers keep working"
+    on = tables(tmp_path / "old", deletion_vectors=True)
+    Maintainer(on).size_mirror(S.table_id)
+    assert "deletionVectors" in reader_features(on)
+
+    assert not DeltaSinkConfig(path="s3://bucket/lake").wants_deletion_vectors(new=True)
+    assert DeltaSinkConfig(path="file:///tmp/lake").wants_deletion_vectors(new=True)
