@@ -197,7 +197,8 @@ def test_a_mirror_with_deletion_vectors_keeps_them_when_the_option_is_turned_off
                                    / f"{deltalake.DeltaTable(sink.config.uri(S.table_id, 'mirror')).version():020d}.json").read_text()
 
 
-def test_auto_gives_the_mirrors_a_job_creates_deletion_vectors_and_leaves_existing_ones(tmp_path: Path) -> None:
+def test_auto_gives_the_mirrors_a_job_creates_deletion_vectors_and_leaves_existing_ones(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """``auto`` (the default): a mirror just created gets deletion vectors; one that already holds
     copy-on-write data stays so (its pyarrow readers keep working) until ``true``; an object
     store stays copy-on-write."""
@@ -210,8 +211,12 @@ def test_auto_gives_the_mirrors_a_job_creates_deletion_vectors_and_leaves_existi
     new, model = tables(tmp_path / "new"), dict[Any, Any]()
     assert new.config.deletion_vectors == "auto"
     ensure_table(new.config.uri(S.table_id, "mirror"), {}, S, "mirror", mirror_schema(S))  # as the job's open does
-    Maintainer(new).size_mirror(S.table_id)
+    with caplog.at_level("INFO", logger="sinks.delta.maintenance"):
+        Maintainer(new).size_mirror(S.table_id)
+        Maintainer(new).size_mirror(S.table_id)  # a restart: said once, when turned on
     assert "deletionVectors" in reader_features(new)
+    told = [r.getMessage() for r in caplog.records if "deletion vectors" in r.getMessage()]
+    assert len(told) == 1 and "not delta-rs's to_pandas()" in told[0], told
     for batch_id, op in enumerate(("r", "u"), start=1):  # a snapshot, then updates of three keys
         events = [cb.event(op, model.get((k,)), cb.row(S, (k,), c_int=k * batch_id), batch_id)
                   for k in range(10 if op == "r" else 3)]

@@ -131,6 +131,11 @@ class Maintainer:
             wanted[PROP_DELETION_VECTORS] = "true"
         if any(current.get(k) != v for k, v in wanted.items()):
             table.alter.set_table_properties(wanted, raise_if_not_exists=False)
+            if PROP_DELETION_VECTORS in wanted and current.get(PROP_DELETION_VECTORS) != "true":
+                log.info("mirror of %s: its MERGEs write deletion vectors (sink.deletion_vectors); read it with "
+                         "Spark, DuckDB, Polars or delta-rs's scan()/QueryBuilder, not delta-rs's to_pandas() or "
+                         "to_pyarrow_table(); `sink.deletion_vectors: false` keeps new mirrors copy-on-write",
+                         table_id)
 
     def wrote(self, table_id: TableId) -> None:
         """Count a batch that committed rows to ``table_id``'s tables."""
