@@ -258,7 +258,8 @@ class PeerBench:
         self.table, self.args, self.work, self.classpaths = table, args, work, classpaths
         self.login = peer_login(table.box.admin)
         self.ours = OursBench(table, argparse.Namespace(chunk_size=args.chunk_size, backend="auto",
-                                                        burst=args.burst, mirror_file_size="default"), work)
+                                                        burst=args.burst, mirror_file_size="default",
+                                                        deletion_vectors=False, copy_on_write=False), work)
         self.runs: list[Run] = []
         self.facts: dict[str, Any] = {}
 
