@@ -201,6 +201,7 @@ def summarize_progress(progress: list[dict[str, Any]]) -> dict[str, Any]:
     trigger = [p["durationMs"].get("triggerExecution", 0) / 1000 for p in busy]
     return {"batches": len(busy), "batches_with_rows": sum(p.get("numInputRows", 0) > 0 for p in busy),
             "seconds_by_step": {k: round(v, 2) for k, v in sorted(steps.items())},
+            "batch_seconds": [round(t, 2) for t in trigger] if len(trigger) <= 20 else None,
             "batch_seconds_max": round(max(trigger, default=0.0), 2),
             "batch_seconds_median": round(sorted(trigger)[len(trigger) // 2], 2) if trigger else 0.0}
 
