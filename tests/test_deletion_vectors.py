@@ -18,6 +18,7 @@ import pytest
 from pydantic import ValidationError
 
 from sinks.changes import mirror_schema
+from sinks.delta import deletion_vectors
 from sinks.delta.config import DeltaSinkConfig, MaintenanceConfig
 from sinks.delta.deletion_vectors import CommitConflict, _commit, serialize, unused_files, z85
 from sinks.delta.engines import DeltaTables
@@ -244,3 +245,23 @@ def test_auto_gives_the_mirrors_a_job_creates_deletion_vectors_and_leaves_existi
 
     assert not DeltaSinkConfig(path="s3://bucket/lake").wants_deletion_vectors(new=True)
     assert DeltaSinkConfig(path="file:///tmp/lake").wants_deletion_vectors(new=True)
+
+
+def test_a_checkpoint_follows_every_hundred_versions_whoever_wrote_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Readers replay at most ``CHECKPOINT_EVERY`` JSON commits: the job checkpoints after its
+    own commits by distance from the last checkpoint, since other commits (delta-rs's, which
+    checkpoint only at multiples of their own interval) may take the multiples."""
+    monkeypatch.setattr(deletion_vectors, "CHECKPOINT_EVERY", 5)
+    sink, model = dv_tables(tmp_path), dict[Any, Any]()
+    start(sink, S, [cb.row(S, (k,), c_int=k) for k in range(40)], model)
+    uri = sink.config.uri(S.table_id, "mirror")
+    for batch_id in range(10, 30):
+        if batch_id % 4 == 0:  # another writer's commit in between
+            deltalake.DeltaTable(uri).alter.set_table_properties({"delta.logRetentionDuration": f"interval {batch_id} days"})
+        events = [cb.event("u", model[(k,)], cb.row(S, (k,), c_int=-batch_id), batch_id) for k in (batch_id % 40, 3)]
+        cb.write_batch(sink, S, cb.batch(S, events), batch_id)
+        cb.apply(model, S, events)
+        version = deltalake.DeltaTable(uri).version()
+        assert version - deletion_vectors._last_checkpoint(uri) < 5, f"version {version}: no checkpoint for 5 versions"
+    assert cb.mirror_rows(sink, S) == cb.model_rows(model)
+    assert cb.frozen_rows(cb.read_with_every_reader(uri)["duckdb"]) == cb.model_rows(model)

@@ -171,12 +171,8 @@ class DeletionVectorMerge:
                                     "modificationTime": now, "dataChange": True, "stats": _wide_stats(files, i),
                                     "deletionVector": vectors[path]}})
         actions += [{"add": _add(f)} for f in staged]
-        version = table.version() + 1
-        _commit(root, version, actions)
+        _commit_next(table, root, actions)
         self._descriptors.setdefault(table.table_uri, {}).update(vectors)
-        table.update_incremental()
-        if version % CHECKPOINT_EVERY == 0:
-            table.create_checkpoint()
         log.info("mirror of %s: batch %d as deletion vectors: %d rows hidden in %d of %d files, %d rows in %d "
                  "new files; %.2f s", schema.table_id, batch_id, sum(int(v["cardinality"]) for v in vectors.values())
                  - sum(len(hidden.get(p, _EMPTY)) for p in deletes), len(deletes), len(paths), upserts.num_rows,
@@ -253,8 +249,7 @@ def purge(table: DeltaTable, fraction: float = 0.5) -> int:
         written = write_file(table.table_uri, {}, "", "mirror", rows.filter(pa.array(keep)))
         actions.append(_remove(path, size_of[path], old.get(path), now, data_change=False))
         actions.append({"add": {**_add(written), "dataChange": False}})
-    _commit(root, table.version() + 1, actions)
-    table.update_incremental()
+    _commit_next(table, root, actions)
     return len(due)
 
 
@@ -302,6 +297,18 @@ def _remove(path: str, size: int, vector: dict[str, Any] | None, now: int, *, da
     its path and its vector)."""
     return {"remove": {"path": path, "deletionTimestamp": now, "dataChange": data_change, "extendedFileMetadata": True,
                        "partitionValues": {}, "size": size, **({"deletionVector": vector} if vector else {})}}
+
+
+def _commit_next(table: DeltaTable, root: str, actions: list[dict[str, Any]]) -> None:
+    """Commit ``actions`` as ``table``'s next version, then write a checkpoint when the log has
+    grown ``CHECKPOINT_EVERY`` versions past the last one (delta-rs checkpoints its own commits
+    at multiples of its interval only: one of ours landing there, or a run of them, would leave
+    every reader replaying an ever longer log)."""
+    version = table.version() + 1
+    _commit(root, version, actions)
+    table.update_incremental()
+    if version - _last_checkpoint(root) >= CHECKPOINT_EVERY:
+        table.create_checkpoint()
 
 
 def _commit(root: str, version: int, actions: list[dict[str, Any]]) -> None:
@@ -384,14 +391,22 @@ def _replay(root: str, newest: int) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
+def _last_checkpoint(root: str) -> int:
+    """The version of the table's last checkpoint (``_delta_log/_last_checkpoint``); 0: none
+    (version 0, the table's creation, is where a reader starts without one)."""
+    marker = os.path.join(root, "_delta_log", "_last_checkpoint")
+    if not os.path.exists(marker):
+        return 0
+    with open(marker, "rb") as f:
+        return int(json.loads(f.read())["version"])
+
+
 def _checkpoint(root: str, kinds: tuple[str, ...]) -> tuple[int, dict[str, list[dict[str, Any]]]]:
     """The last checkpoint's version (-1: none) and its actions of these kinds."""
     logdir = os.path.join(root, "_delta_log")
-    marker = os.path.join(logdir, "_last_checkpoint")
-    if not os.path.exists(marker):
+    if not os.path.exists(os.path.join(logdir, "_last_checkpoint")):
         return -1, {}
-    with open(marker, "rb") as f:
-        at = int(json.loads(f.read())["version"])
+    at = _last_checkpoint(root)
     table = pq.read_table(os.path.join(logdir, f"{at:020d}.checkpoint.parquet"))
     return at, {k: [a for a in table[k].to_pylist() if a is not None] for k in kinds if k in table.column_names}
 
