@@ -57,6 +57,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+import tpcds_customer
 from pipeline_bench import MARK, ChildPhase, apply_burst
 from tpcds import CustomerTable, customer_rows, customer_sandbox
 from tpcds_customer import Bench, Line, check_tools, load
@@ -257,9 +258,9 @@ class PeerBench:
                  classpaths: dict[str, str]) -> None:
         self.table, self.args, self.work, self.classpaths = table, args, work, classpaths
         self.login = peer_login(table.box.admin)
-        self.ours = OursBench(table, argparse.Namespace(chunk_size=args.chunk_size, backend="auto",
-                                                        burst=args.burst, mirror_file_size="default",
-                                                        deletion_vectors=False, copy_on_write=False), work)
+        # tpcds_customer's options at their defaults (the job's), so a new option there cannot miss here
+        ours_args = tpcds_customer.parse_args(["--chunk-size", str(args.chunk_size), "--burst", str(args.burst)])
+        self.ours = OursBench(table, ours_args, work)
         self.runs: list[Run] = []
         self.facts: dict[str, Any] = {}
 

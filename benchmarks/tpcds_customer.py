@@ -575,7 +575,8 @@ def chart(lines: list[Line], facts: dict[str, Any], title: str, path: Path) -> N
     plt.close(fig)
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (``argv``; None: ``sys.argv``), every option at its default unless given."""
     p = argparse.ArgumentParser(description=cast(str, __doc__).split("\n", 1)[0])
     p.add_argument("--scale", type=int, default=100, help="TPC-DS scale (100 = 2M rows, 1000 = 12M, 10000 = 65M)")
     p.add_argument("--quick", action="store_true", help="fewer phases: the default chunks_per_batch only, "
@@ -611,7 +612,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--catch-up-only", action="store_true", help="only the snapshot and the catch-up runs "
                    "(peak RSS per process of each; no peers, no latency)")
     p.add_argument("--keep", action="store_true", help="keep the work directory (lakes, checkpoints, logs)")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     args.parallelism = args.parallelism or ("1,2" if args.full else "2")
     if args.quick:
         args.burst = min(args.burst, 100_000)
