@@ -392,22 +392,20 @@ def _replay(root: str, newest: int) -> list[tuple[str, dict[str, Any]]]:
 
 
 def _last_checkpoint(root: str) -> int:
-    """The version of the table's last checkpoint (``_delta_log/_last_checkpoint``); 0: none
-    (version 0, the table's creation, is where a reader starts without one)."""
+    """The version of the table's last checkpoint (``_delta_log/_last_checkpoint``); -1: none."""
     marker = os.path.join(root, "_delta_log", "_last_checkpoint")
     if not os.path.exists(marker):
-        return 0
+        return -1
     with open(marker, "rb") as f:
         return int(json.loads(f.read())["version"])
 
 
 def _checkpoint(root: str, kinds: tuple[str, ...]) -> tuple[int, dict[str, list[dict[str, Any]]]]:
     """The last checkpoint's version (-1: none) and its actions of these kinds."""
-    logdir = os.path.join(root, "_delta_log")
-    if not os.path.exists(os.path.join(logdir, "_last_checkpoint")):
-        return -1, {}
     at = _last_checkpoint(root)
-    table = pq.read_table(os.path.join(logdir, f"{at:020d}.checkpoint.parquet"))
+    if at < 0:
+        return -1, {}
+    table = pq.read_table(os.path.join(root, "_delta_log", f"{at:020d}.checkpoint.parquet"))
     return at, {k: [a for a in table[k].to_pylist() if a is not None] for k in kinds if k in table.column_names}
 
 
