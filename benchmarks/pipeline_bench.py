@@ -103,7 +103,7 @@ def pipeline_phase(spec: dict[str, Any]) -> dict[str, Any]:
     """
     import sinks.delta.sink
     from cdc.app.config import parse_config
-    from cdc.app.runner import JobRunner, jvm_merges
+    from cdc.app.runner import JobRunner, job_modules, jvm_merges
     from cdc.spark.commit import BatchCommitter
     from cdc.spark.session import local_session
     from cdc.spark.source import SourceSpec, bound_source
@@ -113,6 +113,7 @@ def pipeline_phase(spec: dict[str, Any]) -> dict[str, Any]:
                            "checkpoint": spec["checkpoint"], "state_dir": spec["state_dir"],
                            "parallelism": spec["parallelism"]}, warn_plain_password=False)
     spark = local_session("spark-cdc-bench", parallelism=spec["parallelism"], light_jvm=not jvm_merges(config),
+                          preload=job_modules(config),
                           **{"spark.sql.streaming.numRecentProgressUpdates": "1000"})  # as the job's session
     runner = JobRunner(config, spark)
     schemas = runner.check()

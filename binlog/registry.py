@@ -49,6 +49,15 @@ def config_class(name: str) -> type[SourceConfig]:
     return _load(_entry(name)[0])
 
 
+def dialect_module(name: str) -> str:
+    """The module of ``source.type`` ``name``'s dialect (not imported).
+
+    Raises:
+        ConfigError: no dialect is registered under ``name``.
+    """
+    return _entry(name)[1].split(":")[0]
+
+
 def dialect_class(name: str) -> type[Dialect]:
     """The dialect class of ``source.type`` ``name`` (imports its module).
 

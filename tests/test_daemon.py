@@ -69,3 +69,21 @@ def test_workers_forked_after_the_preload_use_arrow_delta_and_numpy() -> None:
     out = subprocess.run([sys.executable, "-c", FORKS], capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split("\n")[-2] == str([0] * 6), out.stdout + out.stderr[-3000:]
+
+
+JOB_SESSION = """
+from cdc.spark.session import local_session
+from tests.test_daemon import _worker_state
+spark = local_session("t", parallelism=1, preload=("binlog.mysql.dialect", "sinks.delta.sink"))
+(parent, loaded), = spark.sparkContext.parallelize([0], 1).map(_worker_state).collect()
+print("cdc.spark.daemon" in parent, loaded)
+"""
+
+
+def test_a_jobs_session_preloads_only_its_own_dialect_and_sinks() -> None:
+    """A MySQL job into Delta (``preload`` of its session: :func:`cdc.app.runner.job_modules`):
+    its workers have the MySQL dialect and the Delta sink, and neither Postgres's nor Kafka's."""
+    out = subprocess.run([sys.executable, "-c", JOB_SESSION], capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-3000:]
+    expected = [m for m in TASK_MODULES if m not in ("binlog.postgres.dialect", "sinks.kafka.sink")]
+    assert out.stdout.splitlines()[-1] == f"True {expected}", out.stdout + out.stderr[-3000:]

@@ -47,7 +47,7 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from binlog.dialect import Dialect
-from binlog.registry import create_dialect
+from binlog.registry import create_dialect, dialect_module
 from cdc.app.checkpoint import CheckpointFiles
 from cdc.app.discovery import TableWatcher
 from cdc.app.live import choose_view
@@ -65,7 +65,7 @@ from cdc.spark.source import HOLD_FILE, SourceSpec, bound_source, table_schemas
 from cdc.spark.state import StateStore
 from cdc.spark.visibility import check_visible
 from sinks.base import Sink
-from sinks.registry import create_sink
+from sinks.registry import SINKS, create_sink
 
 log = logging.getLogger(__name__)
 
@@ -198,8 +198,14 @@ def job_session(config: JobConfig) -> Any:
         spark = builder.getOrCreate()
     if spark is None:
         spark = local_session("spark-cdc", parallelism=config.parallelism, catalog_dir=catalog_dir(config),
-                              light_jvm=not jvm_merges(config))
+                              light_jvm=not jvm_merges(config), preload=job_modules(config))
     return spark
+
+
+def job_modules(config: JobConfig) -> tuple[str, ...]:
+    """The modules of the job's dialect and sinks: what its tasks import besides the task code,
+    which the executors' Python daemon preloads (:mod:`cdc.spark.daemon`)."""
+    return (dialect_module(config.source.type), *dict.fromkeys(SINKS[s.type].__module__ for s in config.sink))
 
 
 def jvm_merges(config: JobConfig) -> bool:

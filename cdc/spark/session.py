@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from cdc.spark.daemon import MODULES_ENV
 from cdc.spark.jars import spark_jars
 
 DELTA_CONF = {
@@ -108,7 +110,7 @@ def light_jvm_options(prefix: str | Path = sys.prefix) -> str:
 
 
 def local_session(app_name: str = "spark-cdc", parallelism: int = 2, catalog_dir: str | Path | None = None,
-                  light_jvm: bool = False, **conf: str) -> Any:
+                  light_jvm: bool = False, preload: Sequence[str] = (), **conf: str) -> Any:
     """Create (or get) a local SparkSession sized for this machine, with the project's jars and
     the preloading worker daemon (:data:`DAEMON_CONF`).
 
@@ -121,6 +123,8 @@ def local_session(app_name: str = "spark-cdc", parallelism: int = 2, catalog_dir
             collector) and the class archive (:func:`light_jvm_options`), for a JVM that does
             no heavy work; ``spark.driver.extraJavaOptions`` in
             ``conf`` wins. Ignored when this process's JVM is already running.
+        preload: the modules of the job's dialect and sinks, which the workers' daemon then
+            imports instead of every registered one (:data:`cdc.spark.daemon.MODULES_ENV`).
         **conf: extra Spark settings (dots as in Spark: pass a dict with ``**{"a.b": "c"}``).
 
     Returns:
@@ -143,6 +147,7 @@ def local_session(app_name: str = "spark-cdc", parallelism: int = 2, catalog_dir
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.driver.memory": "2g",
         **DAEMON_CONF,
+        **({f"spark.executorEnv.{MODULES_ENV}": ",".join(preload)} if preload else {}),
         **project_conf(),
         **catalog,
         **({JAVA_OPTIONS: java} if java else {}),
