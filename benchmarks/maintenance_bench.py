@@ -6,7 +6,7 @@ Run: ``.venv/bin/python benchmarks/maintenance_bench.py [--rows 500000] [--batch
 Two runs of the same workload, each in its own temporary directory, with the delta-rs engine:
 
 * **off:** ``sink.maintenance.every: 0``, and the mirror's ``delta.targetFileSize`` left unset.
-* **on:** ``every: 100`` (the default), and ``Maintainer.size_mirror`` called once after the
+* **on:** ``every: 100`` (the default), and ``Maintainer.prepare_mirror`` called once after the
   snapshot, as the sink does when it starts.
 
 Each starts from a mirror and changelog of ``--rows`` rows written as the job's snapshot writes
@@ -165,7 +165,7 @@ def run_mode(mode: str, root: str, rows: int, batches: list[pa.Table]) -> dict[s
     maintainer = TimedMaintainer(tables)
     table_id = SCHEMA.table_id
     if mode == "on":
-        maintainer.size_mirror(table_id)  # as the sink does at start, before the follower's first MERGE
+        maintainer.prepare_mirror(table_id)  # as the sink does at start, before the follower's first MERGE
     follower = MirrorFollower(tables, {table_id: SCHEMA}, maintainer=maintainer)
     changelog_s = 0.0
     start = time.perf_counter()

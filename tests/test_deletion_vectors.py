@@ -45,7 +45,7 @@ def start(sink: DeltaTables, schema: Any, rows: list[dict[str, Any]], model: dic
         events = [cb.event("r", None, r, 1) for r in rows[part::4]]
         cb.write_batch(sink, schema, cb.batch(schema, events), part, snapshot_append=True)
         cb.apply(model, schema, events)
-    Maintainer(sink).size_mirror(schema.table_id)
+    Maintainer(sink).prepare_mirror(schema.table_id)
     features = deltalake.DeltaTable(sink.config.uri(schema.table_id, "mirror")).protocol().reader_features or []
     assert "deletionVectors" in features
 
@@ -213,8 +213,8 @@ def test_auto_gives_the_mirrors_a_job_creates_deletion_vectors_and_leaves_existi
     assert new.config.deletion_vectors == "auto"
     ensure_table(new.config.uri(S.table_id, "mirror"), {}, S, "mirror", mirror_schema(S))  # as the job's open does
     with caplog.at_level("INFO", logger="sinks.delta.maintenance"):
-        Maintainer(new).size_mirror(S.table_id)
-        Maintainer(new).size_mirror(S.table_id)  # a restart: said once, when turned on
+        Maintainer(new).prepare_mirror(S.table_id)
+        Maintainer(new).prepare_mirror(S.table_id)  # a restart: said once, when turned on
     assert "deletionVectors" in reader_features(new)
     told = [r.getMessage() for r in caplog.records if "deletion vectors" in r.getMessage()]
     assert len(told) == 1 and "not delta-rs's to_pandas()" in told[0], told
@@ -230,9 +230,9 @@ def test_auto_gives_the_mirrors_a_job_creates_deletion_vectors_and_leaves_existi
     start_events = [cb.event("r", None, cb.row(S, (k,), c_int=k), 1) for k in range(10)]
     cb.write_batch(old, S, cb.batch(S, start_events), 1, snapshot_append=True)
     cb.apply(model, S, start_events)
-    Maintainer(old).size_mirror(S.table_id)
+    Maintainer(old).prepare_mirror(S.table_id)
     auto = tables(tmp_path / "old")  # the job restarted with the default
-    Maintainer(auto).size_mirror(S.table_id)
+    Maintainer(auto).prepare_mirror(S.table_id)
     assert "deletionVectors" not in reader_features(auto)
     events = [cb.event("u", model[(k,)], cb.row(S, (k,), c_int=-k), 2) for k in range(3)]
     cb.write_batch(auto, S, cb.batch(S, events), 2)
@@ -240,7 +240,7 @@ def test_auto_gives_the_mirrors_a_job_creates_deletion_vectors_and_leaves_existi
     assert cb.frozen_rows(deltalake.DeltaTable(auto.config.uri(S.table_id, "mirror")).to_pyarrow_table().to_pylist()) \
         == cb.model_rows(model), "an existing mirror's pyarrow readers keep working"
     on = tables(tmp_path / "old", deletion_vectors=True)
-    Maintainer(on).size_mirror(S.table_id)
+    Maintainer(on).prepare_mirror(S.table_id)
     assert "deletionVectors" in reader_features(on)
 
     assert not DeltaSinkConfig(path="s3://bucket/lake").wants_deletion_vectors(new=True)

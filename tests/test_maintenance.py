@@ -196,7 +196,7 @@ def test_merges_in_key_order_keep_the_mirror_files_under_the_target_size(tmp_pat
         events = [cb.event("r", None, cb.row(S, (k,), c_int=k, c_str=f"{k:x}" * 8), 1) for k in range(chunk * 500, chunk * 500 + 500)]
         cb.write_batch(sink, S, cb.batch(S, events), chunk, snapshot_append=True)
         cb.apply(model, S, events)
-    Maintainer(sink).size_mirror(S.table_id)
+    Maintainer(sink).prepare_mirror(S.table_id)
     first = max(os.path.getsize(f) for f in parquet_on_disk(sink, "mirror"))
     for batch_id, start in enumerate(range(0, 5000, 400), start=10):  # a burst of updates in key order
         events = [cb.event("u", model[(k,)], cb.row(S, (k,), c_int=-k, c_str=f"{k:o}" * 8), 2) for k in range(start, min(start + 400, 5000))]

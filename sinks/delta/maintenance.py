@@ -110,12 +110,12 @@ class Maintainer:
     def enabled(self) -> bool:
         return self.config.every > 0
 
-    def size_mirror(self, table_id: TableId) -> None:
-        """Set the mirror's ``delta.targetFileSize`` to ``mirror_file_size`` when it differs, and
-        enable deletion vectors on a mirror with a primary key that the delta-rs engine writes
-        when ``sink.deletion_vectors`` asks for them: ``true``, or ``auto`` for a mirror just
-        created (version 0) on a local path (:mod:`sinks.delta.deletion_vectors`; never turned
-        off again: its files may carry some).
+    def prepare_mirror(self, table_id: TableId) -> None:
+        """Set the mirror's table properties before its MERGEs: ``delta.targetFileSize`` to
+        ``mirror_file_size`` when it differs, and deletion vectors on a mirror with a primary key
+        that the delta-rs engine writes when ``sink.deletion_vectors`` asks for them: ``true``, or
+        ``auto`` for a mirror just created (version 0) on a local path
+        (:mod:`sinks.delta.deletion_vectors`; never turned off again: its files may carry some).
 
         Call it while nothing else writes the mirror: before the follower starts, or before a
         new table's first batch (a properties commit conflicts with a concurrent MERGE).

@@ -87,7 +87,7 @@ class DeltaSink(Sink):
         self.current = {t: self._recorded(s) for t, s in schemas.items()}
         for schema in self.current.values():  # the tables exist from the start, so names resolve
             self._ensure(schema)
-            self.maintainer.size_mirror(schema.table_id)  # before any MERGE (a properties commit)
+            self.maintainer.prepare_mirror(schema.table_id)  # before any MERGE (a properties commit)
         if register:
             register_tables(self.spark, self.delta, schemas)
         if self.delta.async_mirror:
@@ -118,7 +118,7 @@ class DeltaSink(Sink):
         table_id = batch.schema.table_id
         if table_id not in self.current:  # a table added to the running job: its first batch
             self._ensure(batch.schema)
-            self.maintainer.size_mirror(table_id)  # the follower has no work for it yet
+            self.maintainer.prepare_mirror(table_id)  # the follower has no work for it yet
         current = self.current.setdefault(table_id, batch.schema)
         files = [_tagged(d) for d in (*batch.snapshot, *batch.changes)]
         tagged = max((f for f in files if f.schema is not None), key=lambda f: f.version, default=None)
