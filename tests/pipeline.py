@@ -233,8 +233,17 @@ def assert_changelog_exact(p: Pipeline, table: str, schema: TableSchema) -> None
                 f"{table}: change {ident} on key {k} {'missing' if expected else 'emitted but absorbed'}")
 
 
+# A statement the server rolled back whole, as an application would retry it: a deadlock with
+# another session's statement (a test's own UPDATE among the writer's), a lock wait timeout.
+ROLLED_BACK = (1213, 1205)
+
+
 class RandomWriter:
-    """Random inserts, updates, deletes and key updates on integer-keyed tables until stopped."""
+    """Random inserts, updates, deletes and key updates on integer-keyed tables until stopped.
+
+    A statement the server rolls back (:data:`ROLLED_BACK`) changed nothing and is skipped; any
+    other error stops the writer, and :meth:`stop` raises it (the test fails on its cause, not on
+    the changes that are missing after it)."""
 
     def __init__(self, box: Sandbox, database: str, table: str, seed: int, key_space: int = 3000,
                  pause_s: float = 0.0) -> None:
@@ -244,6 +253,8 @@ class RandomWriter:
         self.lock = threading.Lock()
         self.stop_event = threading.Event()
         self.statements = 0
+        self.rolled_back = 0
+        self.failure: BaseException | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def start(self) -> RandomWriter:
@@ -253,12 +264,24 @@ class RandomWriter:
     def stop(self) -> None:
         self.stop_event.set()
         self.thread.join(timeout=60)
+        if self.failure is not None:
+            raise AssertionError(f"the random writer of {self.table} failed after {self.statements} statements: "
+                                 f"{self.failure!r}") from self.failure
 
     def _run(self) -> None:
         with contextlib.closing(self.conn):
             while not self.stop_event.is_set():
                 with self.lock:
-                    self.one()
+                    try:
+                        self.one()
+                    except pymysql.err.OperationalError as exc:
+                        if exc.args[0] not in ROLLED_BACK:
+                            self.failure = exc
+                            return
+                        self.rolled_back += 1
+                    except BaseException as exc:
+                        self.failure = exc
+                        return
                 if self.pause_s:
                     self.stop_event.wait(self.pause_s)
 
@@ -291,13 +314,21 @@ class Writer(Protocol):
 
 @contextlib.contextmanager
 def writing(*writers: Writer) -> Iterator[None]:
+    """Run the writers in the block; stop them all after it, then raise the first writer's
+    failure (unless the block raised: its error is the one to see)."""
     for w in writers:
         w.start()
+    failures: list[AssertionError] = []
     try:
         yield
     finally:
         for w in writers:
-            w.stop()
+            try:
+                w.stop()
+            except AssertionError as exc:
+                failures.append(exc)
+    if failures:
+        raise failures[0]
 
 
 # ---------------------------------------------------------------- the Kafka sink (issue 15)

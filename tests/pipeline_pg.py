@@ -199,7 +199,12 @@ def assert_log_exact(p: PgPipeline, table: str, schema: TableSchema, log: list[d
 
 
 class PgRandomWriter:
-    """Random inserts, updates, deletes, key updates and small transactions until stopped."""
+    """Random inserts, updates, deletes, key updates and small transactions until stopped.
+
+    A transaction the server rolls back (a deadlock with another session) changed nothing and is
+    skipped; any other error stops the writer, and :meth:`stop` raises it."""
+
+    pause_s = 0.0  # between statements
 
     def __init__(self, p: PgPipeline, table: str, seed: int, key_space: int = 3000) -> None:
         self.conn = p.admin()
@@ -207,6 +212,8 @@ class PgRandomWriter:
         self.rng = random.Random(seed)
         self.stop_event = threading.Event()
         self.statements = 0
+        self.rolled_back = 0
+        self.failure: BaseException | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def start(self) -> PgRandomWriter:
@@ -216,11 +223,22 @@ class PgRandomWriter:
     def stop(self) -> None:
         self.stop_event.set()
         self.thread.join(timeout=60)
+        if self.failure is not None:
+            raise AssertionError(f"the random writer of {self.table} failed after {self.statements} statements: "
+                                 f"{self.failure!r}") from self.failure
 
     def _run(self) -> None:
         with contextlib.closing(self.conn):
             while not self.stop_event.is_set():
-                self.one()
+                try:
+                    self.one()
+                except psycopg.errors.DeadlockDetected:
+                    self.rolled_back += 1
+                except BaseException as exc:
+                    self.failure = exc
+                    return
+                if self.pause_s:
+                    self.stop_event.wait(self.pause_s)
 
     def _statement(self) -> str:
         r, t, k = self.rng, self.table, self.rng.randrange(0, self.key_space)

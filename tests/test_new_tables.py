@@ -475,11 +475,7 @@ def test_postgres_a_created_table_joins_through_the_publication_the_job_manages(
 class PausedPgWriter(PgRandomWriter):
     """:class:`PgRandomWriter` with a pause between statements (a 2-core machine runs the job too)."""
 
-    def _run(self) -> None:
-        with contextlib.closing(self.conn):
-            while not self.stop_event.is_set():
-                self.one()
-                self.stop_event.wait(0.01)
+    pause_s = 0.01
 
 
 def pg_position(p: PgPipeline) -> Offset:
