@@ -233,6 +233,11 @@ def assert_changelog_exact(p: Pipeline, table: str, schema: TableSchema) -> None
                 f"{table}: change {ident} on key {k} {'missing' if expected else 'emitted but absorbed'}")
 
 
+# The exactly-once suites' random writers pause this long between statements: a few hundred a
+# second on any machine. Unpaced, a writer made as many as the server took, so a slower run met
+# more changes and ran longer still: 180,000 statements in one delta-spark crash test here (88 s).
+PACE_S = 0.002
+
 # A statement the server rolled back whole, as an application would retry it: a deadlock with
 # another session's statement (a test's own UPDATE among the writer's), a lock wait timeout.
 ROLLED_BACK = (1213, 1205)

@@ -206,8 +206,11 @@ class PgRandomWriter:
 
     pause_s = 0.0  # between statements
 
-    def __init__(self, p: PgPipeline, table: str, seed: int, key_space: int = 3000) -> None:
+    def __init__(self, p: PgPipeline, table: str, seed: int, key_space: int = 3000,
+                 pause_s: float | None = None) -> None:
         self.conn = p.admin()
+        if pause_s is not None:
+            self.pause_s = pause_s
         self.table, self.key_space = table, key_space
         self.rng = random.Random(seed)
         self.stop_event = threading.Event()

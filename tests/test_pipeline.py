@@ -23,6 +23,7 @@ import pymysql
 import pytest
 from faults import InjectedFault
 from pipeline import (
+    PACE_S,
     Pipeline,
     RandomWriter,
     assert_changelog_exact,
@@ -105,7 +106,7 @@ def test_snapshot_with_concurrent_writers_is_exact(async_mirror: bool, pipeline:
                                                    mysql_server: Sandbox) -> None:
     pipeline.async_mirror = async_mirror
     create_table(admin)
-    writer = RandomWriter(mysql_server, pipeline.database, "t", seed=11)
+    writer = RandomWriter(mysql_server, pipeline.database, "t", seed=11, pause_s=PACE_S)
     with writing(writer):
         first = pipeline.run()
     second = pipeline.run()  # catch up with what the writer did during the first run
@@ -133,7 +134,7 @@ def test_snapshot_with_concurrent_writers_is_exact(async_mirror: bool, pipeline:
 def test_crash_and_restart_is_exact(point: str, after: int, pipeline: Pipeline, admin: Any,
                                     mysql_server: Sandbox) -> None:
     create_table(admin)
-    writer = RandomWriter(mysql_server, pipeline.database, "t", seed=hash(point) % 1000)
+    writer = RandomWriter(mysql_server, pipeline.database, "t", seed=hash(point) % 1000, pause_s=PACE_S)
     pipeline.arm(point, after=after)
     with writing(writer):
         with pytest.raises((JobFailed, InjectedFault), match=f"injected fault at {point}"):
@@ -257,7 +258,7 @@ def test_driver_killed_at_random_moments_is_exact(pipeline: Pipeline, admin: Any
         pipeline.started_at = current_offset(conn)
     rng = random.Random(7)
     kills = 0
-    writer = RandomWriter(mysql_server, pipeline.database, "t", seed=5)
+    writer = RandomWriter(mysql_server, pipeline.database, "t", seed=5, pause_s=PACE_S)
     with writing(writer):
         for _ in range(3):
             driver = subprocess.Popen([sys.executable, str(Path(__file__).parent / "driver_process.py"), spec],
@@ -299,7 +300,7 @@ def test_fan_out_to_two_sinks_is_exact_in_each_across_a_crash_between_their_comm
     lakes = [pipeline.workdir / "lake-a", pipeline.workdir / "lake-b"]
     pipeline.sinks = [{"type": "delta", "path": str(lake), "engine": pipeline.engine, "catalog_prefix": prefix}
                       for lake, prefix in zip(lakes, ["a_", "b_"], strict=True)]
-    writer = RandomWriter(mysql_server, pipeline.database, "t", seed=23)
+    writer = RandomWriter(mysql_server, pipeline.database, "t", seed=23, pause_s=PACE_S)
     pipeline.arm("between_sinks", after=2)
     with writing(writer):
         with pytest.raises((JobFailed, InjectedFault), match="injected fault at between_sinks"):
@@ -337,7 +338,7 @@ def test_kafka_snapshot_with_concurrent_writers_is_exact(kafka_pipeline: Pipelin
     prefix = f"eo{kafka_pipeline.database}"
     kafka_pipeline.sinks = [kafka_sink(kafka_pipeline, kafka_broker.bootstrap_servers, prefix)]
     create_table(admin)
-    writer = RandomWriter(mysql_server, kafka_pipeline.database, "t", seed=11)
+    writer = RandomWriter(mysql_server, kafka_pipeline.database, "t", seed=11, pause_s=PACE_S)
     with writing(writer):
         first = kafka_pipeline.run()
     second = kafka_pipeline.run()
@@ -360,7 +361,7 @@ def test_kafka_crash_and_restart_is_exact(point: str, after: int, kafka_pipeline
     prefix = f"eo{kafka_pipeline.database}"
     kafka_pipeline.sinks = [kafka_sink(kafka_pipeline, kafka_broker.bootstrap_servers, prefix)]
     create_table(admin)
-    writer = RandomWriter(mysql_server, kafka_pipeline.database, "t", seed=hash(point) % 1000)
+    writer = RandomWriter(mysql_server, kafka_pipeline.database, "t", seed=hash(point) % 1000, pause_s=PACE_S)
     kafka_pipeline.arm(point, after=after)
     with writing(writer):
         with pytest.raises((JobFailed, InjectedFault), match=f"injected fault at {point}"):
@@ -382,7 +383,7 @@ def test_fan_out_to_delta_and_kafka_is_exact_in_each_across_a_crash_between_thei
     # delta-rs: this test is about Kafka next to Delta; the Delta engines have their own fan-out test
     kafka_pipeline.sinks = [{"type": "delta", "path": str(kafka_pipeline.lake), "engine": "delta-rs"},
                             kafka_sink(kafka_pipeline, kafka_broker.bootstrap_servers, prefix)]
-    writer = RandomWriter(mysql_server, kafka_pipeline.database, "t", seed=29)
+    writer = RandomWriter(mysql_server, kafka_pipeline.database, "t", seed=29, pause_s=PACE_S)
     kafka_pipeline.arm("between_sinks", after=2)
     with writing(writer):
         with pytest.raises((JobFailed, InjectedFault), match="injected fault at between_sinks"):
@@ -408,7 +409,7 @@ def test_kafka_driver_killed_at_random_moments_is_exact(kafka_pipeline: Pipeline
     with contextlib.closing(mysql_server.admin.connect()) as conn:
         kafka_pipeline.started_at = current_offset(conn)
     rng = random.Random(13)
-    writer = RandomWriter(mysql_server, kafka_pipeline.database, "t", seed=8)
+    writer = RandomWriter(mysql_server, kafka_pipeline.database, "t", seed=8, pause_s=PACE_S)
     with writing(writer):
         for _ in range(3):
             driver = subprocess.Popen([sys.executable, str(Path(__file__).parent / "driver_process.py"), spec],

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from faults import InjectedFault
-from pipeline import writing
+from pipeline import PACE_S, writing
 from pipeline_pg import (
     PgPipeline,
     PgRandomWriter,
@@ -70,7 +70,7 @@ def test_snapshot_with_concurrent_writers_is_exact(async_mirror: bool, pipeline:
                                                    postgres_server: PostgresSandbox) -> None:
     pipeline.async_mirror = async_mirror
     create_table(pg_admin)
-    writer = PgRandomWriter(pipeline, "t", seed=11)
+    writer = PgRandomWriter(pipeline, "t", seed=11, pause_s=PACE_S)
     with writing(writer):  # type: ignore[arg-type]
         first = pipeline.run()
     second = pipeline.run()
@@ -93,7 +93,7 @@ def test_two_log_readers_take_turns_on_the_slot(pipeline: PgPipeline, pg_admin: 
     one session at a time, so they take turns; the result is still exact."""
     pipeline.source["log_readers"] = 2
     create_table(pg_admin)
-    writer = PgRandomWriter(pipeline, "t", seed=17)
+    writer = PgRandomWriter(pipeline, "t", seed=17, pause_s=PACE_S)
     with writing(writer):  # type: ignore[arg-type]
         first = pipeline.run()
     pipeline.run()
@@ -112,7 +112,7 @@ def test_two_log_readers_take_turns_on_the_slot(pipeline: PgPipeline, pg_admin: 
 def test_crash_and_restart_is_exact(point: str, after: int, pipeline: PgPipeline, pg_admin: Any,
                                     postgres_server: PostgresSandbox) -> None:
     create_table(pg_admin)
-    writer = PgRandomWriter(pipeline, "t", seed=hash(point) % 1000)
+    writer = PgRandomWriter(pipeline, "t", seed=hash(point) % 1000, pause_s=PACE_S)
     pipeline.arm(point, after=after)
     with writing(writer):  # type: ignore[arg-type]
         with pytest.raises((JobFailed, InjectedFault), match=f"injected fault at {point}"):
@@ -189,7 +189,7 @@ def test_driver_killed_at_random_moments_is_exact(pipeline: PgPipeline, pg_admin
     spec = json.dumps(pipeline.raw_config())
     rng = random.Random(7)
     kills = 0
-    writer = PgRandomWriter(pipeline, "t", seed=5)
+    writer = PgRandomWriter(pipeline, "t", seed=5, pause_s=PACE_S)
     with writing(writer):  # type: ignore[arg-type]
         for attempt in range(3):
             errors = pipeline.workdir / f"driver-{attempt}.err"
