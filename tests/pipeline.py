@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 import pyarrow as pa
 import pymysql
@@ -243,17 +243,21 @@ PACE_S = 0.002
 ROLLED_BACK = (1213, 1205)
 
 
-class RandomWriter:
-    """Random inserts, updates, deletes and key updates on integer-keyed tables until stopped.
+class WriterThread:
+    """Random statements on one table in a thread until stopped (a subclass's :meth:`one`).
 
-    A statement the server rolls back (:data:`ROLLED_BACK`) changed nothing and is skipped; any
-    other error stops the writer, and :meth:`stop` raises it (the test fails on its cause, not on
-    the changes that are missing after it)."""
+    A statement the server rolls back whole (:meth:`was_rolled_back`: a deadlock with another
+    session, a lock wait timeout) changed nothing and is skipped, as an application would retry
+    it; any other error stops the writer, and :meth:`stop` raises it (the test fails on its cause,
+    not on the changes that are missing after it)."""
 
-    def __init__(self, box: Sandbox, database: str, table: str, seed: int, key_space: int = 3000,
-                 pause_s: float = 0.0) -> None:
-        self.conn = box.admin.connect(database)
-        self.table, self.key_space, self.pause_s = table, key_space, pause_s
+    pause_s = 0.0  # between statements
+
+    def __init__(self, conn: Any, table: str, seed: int, key_space: int, pause_s: float | None = None) -> None:
+        self.conn = conn
+        self.table, self.key_space = table, key_space
+        if pause_s is not None:
+            self.pause_s = pause_s
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
         self.stop_event = threading.Event()
@@ -262,7 +266,7 @@ class RandomWriter:
         self.failure: BaseException | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
 
-    def start(self) -> RandomWriter:
+    def start(self) -> Self:
         self.thread.start()
         return self
 
@@ -279,16 +283,35 @@ class RandomWriter:
                 with self.lock:
                     try:
                         self.one()
-                    except pymysql.err.OperationalError as exc:
-                        if exc.args[0] not in ROLLED_BACK:
+                    except BaseException as exc:
+                        if not self.was_rolled_back(exc):
                             self.failure = exc
                             return
                         self.rolled_back += 1
-                    except BaseException as exc:
-                        self.failure = exc
-                        return
                 if self.pause_s:
                     self.stop_event.wait(self.pause_s)
+
+    def one(self) -> None:
+        raise NotImplementedError
+
+    def was_rolled_back(self, exc: BaseException) -> bool:
+        return False
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        with self.lock:
+            yield
+
+
+class RandomWriter(WriterThread):
+    """Random inserts, updates, deletes and key updates on integer-keyed MySQL tables."""
+
+    def __init__(self, box: Sandbox, database: str, table: str, seed: int, key_space: int = 3000,
+                 pause_s: float = 0.0) -> None:
+        super().__init__(box.admin.connect(database), table, seed, key_space, pause_s)
+
+    def was_rolled_back(self, exc: BaseException) -> bool:
+        return isinstance(exc, pymysql.err.OperationalError) and exc.args[0] in ROLLED_BACK
 
     def one(self) -> None:
         r, t, k = self.rng, self.table, self.rng.randrange(0, self.key_space)
@@ -302,11 +325,6 @@ class RandomWriter:
         with self.conn.cursor() as cur:
             cur.execute(statement)
         self.statements += 1
-
-    @contextlib.contextmanager
-    def paused(self) -> Iterator[None]:
-        with self.lock:
-            yield
 
 
 class Writer(Protocol):

@@ -11,9 +11,7 @@ moves on as batches commit), read with the same dialect code.
 from __future__ import annotations
 
 import contextlib
-import random
 import shutil
-import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +20,7 @@ from typing import Any
 import psycopg
 import pyarrow as pa
 from faults import FileFaults
-from pipeline import MAINTENANCE_EVERY, _identity, _normalize
+from pipeline import MAINTENANCE_EVERY, WriterThread, _identity, _normalize
 from postgres_server import pg_dialect
 
 from binlog.postgres.positions import ChangeLsn, LsnOffset
@@ -198,50 +196,16 @@ def assert_log_exact(p: PgPipeline, table: str, schema: TableSchema, log: list[d
                 f"{table}: change {ident} on key {k} {'missing' if expected else 'emitted but absorbed'}")
 
 
-class PgRandomWriter:
-    """Random inserts, updates, deletes, key updates and small transactions until stopped.
-
-    A transaction the server rolls back (a deadlock with another session) changed nothing and is
-    skipped; any other error stops the writer, and :meth:`stop` raises it."""
-
-    pause_s = 0.0  # between statements
+class PgRandomWriter(WriterThread):
+    """Random inserts, updates, deletes, key updates and small transactions on Postgres tables
+    (a deadlock rolls a whole transaction back)."""
 
     def __init__(self, p: PgPipeline, table: str, seed: int, key_space: int = 3000,
                  pause_s: float | None = None) -> None:
-        self.conn = p.admin()
-        if pause_s is not None:
-            self.pause_s = pause_s
-        self.table, self.key_space = table, key_space
-        self.rng = random.Random(seed)
-        self.stop_event = threading.Event()
-        self.statements = 0
-        self.rolled_back = 0
-        self.failure: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
+        super().__init__(p.admin(), table, seed, key_space, pause_s)
 
-    def start(self) -> PgRandomWriter:
-        self.thread.start()
-        return self
-
-    def stop(self) -> None:
-        self.stop_event.set()
-        self.thread.join(timeout=60)
-        if self.failure is not None:
-            raise AssertionError(f"the random writer of {self.table} failed after {self.statements} statements: "
-                                 f"{self.failure!r}") from self.failure
-
-    def _run(self) -> None:
-        with contextlib.closing(self.conn):
-            while not self.stop_event.is_set():
-                try:
-                    self.one()
-                except psycopg.errors.DeadlockDetected:
-                    self.rolled_back += 1
-                except BaseException as exc:
-                    self.failure = exc
-                    return
-                if self.pause_s:
-                    self.stop_event.wait(self.pause_s)
+    def was_rolled_back(self, exc: BaseException) -> bool:
+        return isinstance(exc, psycopg.errors.DeadlockDetected)
 
     def _statement(self) -> str:
         r, t, k = self.rng, self.table, self.rng.randrange(0, self.key_space)
