@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -25,13 +26,13 @@ def test_rolled_back_statements_are_skipped_and_other_failures_fail_the_test(
     with writer.conn.cursor() as cur:
         cur.execute("SET SESSION innodb_lock_wait_timeout = 1")
     with contextlib.closing(mysql_server.admin.connect(database)) as holder, writing(writer):
-        with holder.cursor() as cur:  # every row locked for 2.5 s: the writer's statements time out
+        with holder.cursor() as cur:  # every row locked until a statement of the writer timed out
             cur.execute("BEGIN")
             cur.execute("SELECT * FROM t FOR UPDATE")
-            time.sleep(2.5)
+            wait_until(lambda: writer.rolled_back > 0 or writer.failure is not None)
             cur.execute("COMMIT")
         done = writer.statements
-        time.sleep(0.5)
+        wait_until(lambda: writer.statements > done or writer.failure is not None)  # and it goes on
     assert writer.rolled_back >= 1 and writer.statements > done, (writer.rolled_back, writer.statements)
 
     broken = RandomWriter(mysql_server, database, "t", seed=2, key_space=50, pause_s=0.002)
@@ -39,4 +40,11 @@ def test_rolled_back_statements_are_skipped_and_other_failures_fail_the_test(
             writing(broken):
         with admin.cursor() as cur:
             cur.execute("DROP TABLE t")
-        time.sleep(0.5)
+        wait_until(lambda: not broken.thread.is_alive())
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
