@@ -57,10 +57,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-import tpcds_customer
 from pipeline_bench import MARK, ChildPhase, apply_burst
 from tpcds import CustomerTable, customer_rows, customer_sandbox
 from tpcds_customer import Bench, Line, check_tools, load
+from tpcds_customer import parse_args as ours_options
 
 from binlog.mysql.connection import Endpoint
 
@@ -259,7 +259,7 @@ class PeerBench:
         self.table, self.args, self.work, self.classpaths = table, args, work, classpaths
         self.login = peer_login(table.box.admin)
         # tpcds_customer's options at their defaults (the job's), so a new option there cannot miss here
-        ours_args = tpcds_customer.parse_args(["--chunk-size", str(args.chunk_size), "--burst", str(args.burst)])
+        ours_args = ours_options(["--chunk-size", str(args.chunk_size), "--burst", str(args.burst)])
         self.ours = OursBench(table, ours_args, work)
         self.runs: list[Run] = []
         self.facts: dict[str, Any] = {}
