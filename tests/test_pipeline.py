@@ -129,7 +129,7 @@ def test_snapshot_with_concurrent_writers_is_exact(async_mirror: bool, pipeline:
     *[("after_sink_commit", 1, e) for e in (_RS, _SPARK, _COW)],  # Delta committed, Spark's commit log not
     ("stream", 0, _RS),                                          # the binlog phase dies
     *[("mirror", 0, e) for e in (_RS, _SPARK, _COW)],             # a background mirror MERGE dies
-    ("maintenance", 0, _RS),        # before a compaction, in the mirror follower's thread
+    ("maintenance", 1, _RS),        # before the changelog's compaction, in the maintainer's background
 ], indirect=["pipeline"])
 def test_crash_and_restart_is_exact(point: str, after: int, pipeline: Pipeline, admin: Any,
                                     mysql_server: Sandbox) -> None:

@@ -13,10 +13,14 @@ tables (``sink.maintenance``, on by default):
   committed since its last compaction, and takes the time of that compaction from the
   changelog's log (both read back once per table), so a job run in short runs (``--once`` on a
   schedule) is maintained too. The mirror follower wakes up for a table that falls due by time
-  while the job is idle. With ``async_mirror`` (the default) it runs in the mirror follower's
-  thread, after a MERGE, and adds nothing to a batch's latency. A batch that waits for the
-  follower (a snapshot commit, a schema change) waits for it too. Without ``async_mirror`` it
-  runs at the end of the batch.
+  while the job is idle. The mirror's maintenance runs in the thread that writes the mirror
+  (a compaction and a MERGE of the same table conflict): with ``async_mirror`` (the default) the
+  mirror follower's, after a MERGE, so it adds nothing to a batch's latency; without it, at the
+  end of the batch. The changelog's runs in a thread of its own (the job's sink), beside the
+  MERGEs and the batches' appends, which conflict with it in nothing: its first compaction after
+  a snapshot rewrites every snapshot row (12M at TPC-DS SF1000) and, in the follower's thread,
+  held the mirror back by 16 s. A schema change waits for it (a new schema and a compaction
+  conflict), and so does the job's end; a failure surfaces at the next batch.
 * **Compaction:** the files smaller than the target size (``mirror_file_size``,
   ``changelog_file_size``) are rewritten into files of about that size, in one commit that
   changes no data (``dataChange: false``). Stream readers of the changelog skip it, and the app
@@ -56,6 +60,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from deltalake import DeltaTable, WriterProperties
 
@@ -90,12 +95,15 @@ class Maintainer:
 
     Args:
         tables: the job's tables (the engine that compacts and vacuums them).
-        hooks: passed ``maintenance`` before a table's maintenance (crash tests).
+        hooks: passed ``maintenance`` before a table's maintenance, and again before its
+            changelog's (crash tests).
         clock: the wall clock, in epoch seconds (tests move it).
+        background: maintain the changelogs in a thread of this maintainer's (then
+            :meth:`raise_error`, :meth:`drain` and :meth:`close` apply); False: in the caller's.
     """
 
     def __init__(self, tables: DeltaTables, hooks: Hooks = NO_HOOKS,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, background: bool = False) -> None:
         self.tables = tables
         self.config = tables.config.maintenance
         self.hooks = hooks
@@ -105,6 +113,9 @@ class Maintainer:
         self._last: dict[TableId, float] = {}  # when each counted table was last maintained or created
         self._counted_before: set[TableId] = set()  # tables whose earlier runs' batches are counted
         self._lock = threading.Lock()
+        self.background = background
+        self._pool: ThreadPoolExecutor | None = None  # started with the first work, stopped by close()
+        self._changelogs: dict[TableId, Future[None]] = {}  # the background's latest work per table
 
     @property
     def enabled(self) -> bool:
@@ -207,40 +218,80 @@ class Maintainer:
 
     def maintain(self, table_id: TableId) -> None:
         """Compact the table's mirror and changelog, then VACUUM them (keeping the changelog
-        files the mirror may still need)."""
+        files the mirror may still need). The changelog's goes to the background, if there is
+        one, unless its last is still running there (its next falls due with later batches)."""
         self.hooks.reached("maintenance")
+        self.raise_error()
         with self._lock:
             self._written[table_id] = 0
             self._last[table_id] = self.clock()
-        try:
-            self._maintain(table_id)
-        except Exception as exc:
-            raise MaintenanceFailed(f"maintenance (compaction, VACUUM) of {table_id}'s Delta tables failed: {exc}; "
-                                    "the tables are unchanged and a restart retries it; `sink.maintenance.every: 0` "
-                                    "turns maintenance off", table=str(table_id)) from exc
-
-    def _maintain(self, table_id: TableId) -> None:
-        began = time.perf_counter()
-        done: list[str] = []
-        sizes: tuple[tuple[TableKind, int], ...] = (("changelog", self.config.changelog_file_size),
-                                                   ("mirror", self.config.mirror_file_size))
-        for kind, size in sizes:
-            table = self._table(table_id, kind)
-            if kind == "mirror" and deletion_vectors_enabled(table):
-                # the files mostly hidden by deletion vectors rewritten, a few at a time; then only
-                # the small files compacted (the new rows' files): rewriting the snapshot's files
-                # too stalled the mirror for 28 s at TPC-DS SF1000 (12M rows)
-                done.append(f"mirror {purge(table)} files purged of their deleted rows")
-                size //= 2
-            metrics = table.optimize.compact(
-                target_size=size, max_concurrent_tasks=1, writer_properties=WriterProperties(max_row_group_size=ROW_GROUP_ROWS, compression="SNAPPY"))
-            done.append(f"{kind} {metrics['numFilesRemoved']} files into {metrics['numFilesAdded']}")
-        keep = self._kept_for_mirror(table_id)
-        deleted = {"mirror": self._vacuum(table_id, "mirror", []), "changelog": self._vacuum(table_id, "changelog", keep)}
+        if not self.background:
+            self._maintain_changelog(table_id)
+        elif (running := self._changelogs.get(table_id)) is None or running.done():
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="changelog-maintenance")
+            self._changelogs[table_id] = self._pool.submit(self._maintain_changelog, table_id)
+        self._guarded(table_id, "mirror", self._mirror_maintenance)
         self.runs += 1
+
+    def raise_error(self) -> None:
+        """Raise what the background's maintenance of a changelog raised (None: nothing yet)."""
+        for work in list(self._changelogs.values()):
+            if work.done() and work.exception() is not None:
+                raise work.exception()  # type: ignore[misc]
+
+    def drain(self) -> None:
+        """Wait until the background has maintained every changelog given to it; raise its error."""
+        for work in list(self._changelogs.values()):
+            work.exception()  # waits
+        self.raise_error()
+
+    def close(self) -> None:
+        """Drain, then stop the background's thread."""
+        try:
+            self.drain()
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+                self._pool = None
+
+    def _maintain_changelog(self, table_id: TableId) -> None:
+        self.hooks.reached("maintenance")  # outside the guard: crash tests see their own fault
+        self._guarded(table_id, "changelog", self._changelog_maintenance)
+
+    def _guarded(self, table_id: TableId, kind: TableKind, work: Callable[[TableId], str]) -> None:
+        began = time.perf_counter()
+        try:
+            done = work(table_id)
+        except Exception as exc:
+            raise MaintenanceFailed(f"maintenance (compaction, VACUUM) of {table_id}'s Delta {kind} failed: {exc}; "
+                                    "the table is unchanged and a restart retries it; `sink.maintenance.every: 0` "
+                                    "turns maintenance off", table=str(table_id)) from exc
+        log.info("maintenance of %s's %s: %s; %.2f s", table_id, kind, done, time.perf_counter() - began)
+
+    def _changelog_maintenance(self, table_id: TableId) -> str:
+        compacted = self._compact(self._table(table_id, "changelog"), self.config.changelog_file_size)
+        keep = self._kept_for_mirror(table_id)
         kept = f" (kept the files of changelog versions {keep} for the mirror)" if keep else ""
-        log.info("maintenance of %s: compacted %s; VACUUM deleted %s%s; %.2f s", table_id, ", ".join(done),
-                 ", ".join(f"{n} {kind} files" for kind, n in deleted.items()), kept, time.perf_counter() - began)
+        return f"compacted {compacted}; VACUUM deleted {self._vacuum(table_id, 'changelog', keep)} files{kept}"
+
+    def _mirror_maintenance(self, table_id: TableId) -> str:
+        table, size, purged = self._table(table_id, "mirror"), self.config.mirror_file_size, ""
+        if deletion_vectors_enabled(table):
+            # the files mostly hidden by deletion vectors rewritten, a few at a time; then only the
+            # small files compacted (the new rows' files): rewriting the snapshot's files too
+            # stalled the mirror for 28 s at TPC-DS SF1000 (12M rows)
+            purged = f"{purge(table)} files purged of their deleted rows, "
+            size //= 2
+        compacted = self._compact(table, size)
+        return f"{purged}compacted {compacted}; VACUUM deleted {self._vacuum(table_id, 'mirror', [])} files"
+
+    @staticmethod
+    def _compact(table: DeltaTable, size: int) -> str:
+        metrics = table.optimize.compact(
+            target_size=size, max_concurrent_tasks=1,
+            writer_properties=WriterProperties(max_row_group_size=ROW_GROUP_ROWS, compression="SNAPPY"))
+        return f"{metrics['numFilesRemoved']} files into {metrics['numFilesAdded']}"
 
     def _table(self, table_id: TableId, kind: TableKind) -> DeltaTable:
         return DeltaTable(self.tables.config.uri(table_id, kind), storage_options=self.tables.config.storage_options or None)

@@ -21,7 +21,8 @@ catches up from the changelog (:meth:`DeltaSink.open`).
 Schema changes: change files written after a DDL carry the table's new sink schema
 (:class:`~sinks.delta.files.StagedFile`), and so does a DDL handed over without rows
 (:class:`~sinks.base.SchemaStep`: the batch's log slice holds the DDL, maybe no change after it).
-Before committing the batch the sink waits for the mirror follower, then evolves the changelog and
+Before committing the batch the sink waits for the mirror follower and for the background's
+maintenance of the changelogs (:mod:`sinks.delta.maintenance`), then evolves the changelog and
 the mirror to the newest (:mod:`sinks.delta.evolve`: added columns, widened types) and keeps it as
 the table's current schema, which the tables also record for a restart. A DDL writes no
 changelog row.
@@ -71,7 +72,7 @@ class DeltaSink(Sink):
         super().__init__(config, job_id, spark, hooks)
         self.delta = config
         self.tables = DeltaTables(config, job_id, spark)
-        self.maintainer = Maintainer(self.tables, hooks)
+        self.maintainer = Maintainer(self.tables, hooks, background=True)
         self.follower: MirrorFollower | None = None
         self.current: dict[TableId, TableSchema] = {}  # each table's sink schema (grows with DDL)
 
@@ -128,6 +129,7 @@ class DeltaSink(Sink):
             return current  # no change, or files of an older version (a replay): read as current
         if self.follower is not None:
             self.follower.drain()
+        self.maintainer.drain()  # a compaction of the changelog conflicts with its new schema
         log.info("%s: sink schema version %d: columns %s", table_id, tagged.version if tagged else 0,
                  wanted.column_names)
         # the changelog first: a restart reads the sink schema back from it (open), and evolves the
@@ -141,6 +143,7 @@ class DeltaSink(Sink):
         return wanted
 
     def commit(self, batch_id: int, tables: list[TableBatch]) -> list[Committed]:
+        self.maintainer.raise_error()  # a changelog's maintenance failed in the background
         drained = self.follower is None or any(t.snapshot for t in tables)
         if self.follower is not None and drained:
             self.follower.drain()  # the mirror takes every table's rows in batch order
@@ -179,8 +182,11 @@ class DeltaSink(Sink):
         return any(done.values())
 
     def close(self) -> None:
-        if self.follower is not None:
-            self.follower.close()
+        try:
+            if self.follower is not None:
+                self.follower.close()
+        finally:
+            self.maintainer.close()
 
     def row_counts(self, schemas: dict[TableId, TableSchema]) -> dict[str, dict[str, int | None]]:
         def count(uri: str) -> int | None:
