@@ -3,6 +3,7 @@ modules already, and they work after the fork."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from typing import Any
@@ -87,3 +88,55 @@ def test_a_jobs_session_preloads_only_its_own_dialect_and_sinks() -> None:
     assert out.returncode == 0, out.stderr[-3000:]
     expected = [m for m in TASK_MODULES if m not in ("binlog.postgres.dialect", "sinks.kafka.sink")]
     assert out.stdout.splitlines()[-1] == f"True {expected}", out.stdout + out.stderr[-3000:]
+
+
+WARM_SESSION = """
+import os, time
+import pyarrow as pa
+from cdc.spark.session import local_session
+
+def parent_of(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+def line_of(pid):
+    line = []
+    while pid > 1:
+        pid = parent_of(pid)
+        line.append(pid)
+    return line
+
+def daemons():  # this session's: python -m cdc.spark.daemon under this process, not forked from one
+    found = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"cdc.spark.daemon" in f.read().split(b"\\0"):
+                    found[int(pid)] = line_of(int(pid))
+        except OSError:
+            continue
+    return sorted(p for p, line in found.items() if os.getpid() in line and line[0] not in found)
+
+def ancestors(batches):
+    for b in batches:
+        yield pa.RecordBatch.from_pydict({"pids": [line_of(os.getpid())] * b.num_rows})
+
+spark = local_session("t", parallelism=1, preload=("binlog.mysql.dialect",))
+deadline = time.monotonic() + 120
+while not daemons() and time.monotonic() < deadline:
+    time.sleep(0.05)
+started = daemons()
+line = spark.range(0, 1, 1, 1).mapInArrow(ancestors, "pids array<long>").collect()[0].pids
+print(started, [p for p in line if p in started], daemons())
+"""
+
+
+def test_a_jobs_session_starts_the_daemon_that_its_sql_tasks_use_before_any_task() -> None:
+    """The daemon starts with a job's session, not at the query's first batch: the source's
+    tasks (SQL ones, like this test's) get their workers from it."""
+    out = subprocess.run([sys.executable, "-c", WARM_SESSION], capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-3000:]
+    started, forked_from, after = (ast.literal_eval(f"[{s.strip('[]')}]")
+                                   for s in out.stdout.splitlines()[-1].split("] ["))
+    assert started, f"no daemon before the first task: {out.stdout}"
+    assert forked_from == started == after, f"the task's worker came from another daemon: {out.stdout}"

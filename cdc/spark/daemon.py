@@ -18,6 +18,9 @@ sinks'), and the daemon preloads only those: a MySQL job into Delta does not pay
 for the Kafka client (the preload took 0.72-0.81 s instead of 0.93-0.94 s here). Without it, every registered dialect and
 sink is preloaded.
 
+A job's local session starts this daemon as soon as the session is up, rather than at the query's
+first task (:func:`cdc.spark.session.start_workers`).
+
 Runs on the executors only: ``python -m cdc.spark.daemon <worker module>``, as Spark launches it.
 Only the task workers' daemon uses it; the daemons of PySpark's planners (``lookup_data_sources``,
 ``create_data_source``, ``plan_data_source_read``) stay ``pyspark.daemon``.
