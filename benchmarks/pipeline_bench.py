@@ -27,7 +27,9 @@ Run directly only by the parent: ``python benchmarks/pipeline_bench.py < spec.js
 Profiling the executors too: with ``SPARK_CDC_BENCH_PY_SPY=<dir>`` (and ``py-spy`` installed,
 ``pip install py-spy``), each phase runs under ``py-spy record --subprocesses``, which samples the
 driver and every Python worker Spark forks; the collapsed stacks go to ``<dir>/<phase>.txt`` and
-``benchmarks/py_spy_summary.py`` says where each process kind spent its samples.
+``benchmarks/py_spy_summary.py`` says where each process kind spent its samples. With
+``SPARK_CDC_BENCH_PY_SPY_IDLE=1`` as well, py-spy samples waiting threads too (``--idle``): where
+the wall time goes, not only the CPU.
 """
 
 from __future__ import annotations
@@ -471,7 +473,8 @@ def _profiled(command: list[str], log_path: Path) -> list[str]:
         raise SystemExit("SPARK_CDC_BENCH_PY_SPY is set but py-spy is not installed: pip install py-spy")
     Path(folder).mkdir(parents=True, exist_ok=True)
     out = Path(folder) / f"{log_path.stem}.txt"
-    return [spy, "record", "--subprocesses", "--rate", "250", "--format", "raw", "--output", str(out),
+    idle = ["--idle"] if os.environ.get("SPARK_CDC_BENCH_PY_SPY_IDLE") else []  # waits sampled too
+    return [spy, "record", "--subprocesses", *idle, "--rate", "250", "--format", "raw", "--output", str(out),
             "--", *command]
 
 
