@@ -170,7 +170,7 @@ def local_session(app_name: str = "spark-cdc", parallelism: int = 2, catalog_dir
     return spark
 
 
-def start_workers(spark: Any, parallelism: int) -> threading.Thread:
+def start_workers(spark: Any, parallelism: int) -> None:
     """Start the executors' Python daemon now, in the background, rather than at the query's
     first task.
 
@@ -189,9 +189,7 @@ def start_workers(spark: Any, parallelism: int) -> threading.Thread:
         except Exception as exc:
             log.debug("starting the Python workers ahead of the query failed: %s", exc)
 
-    thread = threading.Thread(target=run, name="start-python-workers", daemon=True)
-    thread.start()
-    return thread
+    threading.Thread(target=run, name="start-python-workers", daemon=True).start()
 
 
 def no_rows(batches: Iterator[Any]) -> Iterator[Any]:
