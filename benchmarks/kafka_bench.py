@@ -59,7 +59,7 @@ from tpcds import CustomerTable, customer_rows, customer_sandbox
 from cdc.app.config import parse_config
 from cdc.app.runner import JobRunner
 from cdc.app.sandbox.kafka import KafkaSandbox, start_kafka_sandbox
-from cdc.model.config import JobConfig
+from cdc.model.config import DEFAULT_CHUNK_SIZE, JobConfig
 from cdc.spark.session import local_session
 from sinks.kafka.config import KafkaSinkConfig
 from sinks.kafka.messages import encode_rows
@@ -324,7 +324,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--burst", type=int, default=50_000, help="updates before the catch-up run")
     p.add_argument("--parallelism", type=int, default=2)
     p.add_argument("--partitions", type=int, default=3, help="partitions of the topics")
-    p.add_argument("--chunk-size", type=int, default=8096)
+    p.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE)
     p.add_argument("--chunks-per-batch", type=int, default=8)
     p.add_argument("--no-schemas", action="store_true", help="schemas_enable: false (payload-only values)")
     p.add_argument("--profile", action="store_true", help="cProfile the sink's commits")

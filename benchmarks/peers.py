@@ -19,7 +19,8 @@ The peers, each a small Maven module under ``benchmarks/peers/`` with a classpat
 
 Each peer runs twice, as shipped (every setting at its default) and tuned (``poll.interval.ms``
 10, ``max.batch.size`` 16384, ``max.queue.size`` 65536: the knobs Debezium documents for
-throughput; Flink CDC passes them to its Debezium reader through ``debeziumProperties``). Records
+throughput; Flink CDC passes them to its Debezium reader through ``debeziumProperties``, and
+reads chunks of ``--chunk-size`` rows, ours' size, instead of its default 8096). Records
 are each tool's JSON (``JsonDebeziumDeserializationSchema``; the engine's ``Json`` format) into a
 consumer that counts them and writes nothing: **the peer's best case** (``--records raw`` counts
 the connector's records without converting them: an even better case). Ours writes the Delta
@@ -63,6 +64,7 @@ from tpcds_customer import Bench, Line, check_tools, load
 from tpcds_customer import parse_args as ours_options
 
 from binlog.mysql.connection import Endpoint
+from cdc.model.config import DEFAULT_CHUNK_SIZE
 
 HERE = Path(__file__).parent
 RESULTS = HERE / "results"
@@ -75,6 +77,7 @@ PEER_GRANTS = "SELECT, RELOAD, SHOW DATABASES, REPLICATION SLAVE, REPLICATION CL
 SERVER_IDS = {"flink-cdc": "5500-5531", "debezium": "5600"}  # ours uses 5400-5409
 BURST = 300_000
 CHUNKS_PER_BATCH = 16  # x parallelism: the job's default (source.chunks_per_batch)
+FLINK_CDC_CHUNK_SIZE = 8096  # scan.incremental.snapshot.chunk.size's default
 
 
 # --- building the harnesses ------------------------------------------------------------------------
@@ -277,7 +280,7 @@ class PeerBench:
                 "--database", t.database, "--table", t.table, "--expect", str(expect),
                 "--records", a.records, "--server-id", SERVER_IDS[tool], *extra]
         if tool == "flink-cdc":
-            args += ["--parallelism", str(p), "--chunk-size", str(a.chunk_size)]
+            args += ["--parallelism", str(p), "--chunk-size", str(a.chunk_size if tuned else FLINK_CDC_CHUNK_SIZE)]
         args += ["--tuned"] if tuned else []
         started_load = load()
         slug = f"{tool}-{phase}-{'tuned' if tuned else 'shipped'}"
@@ -434,7 +437,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="the peers' snapshots tuned only, a 100k-update burst "
                    "(a few minutes at scale 100)")
     p.add_argument("--parallelism", type=int, default=2, help="ours and Flink CDC's (Debezium's is 1)")
-    p.add_argument("--chunk-size", type=int, default=8096, help="rows per snapshot chunk (ours, Flink CDC)")
+    p.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE,
+                   help="rows per snapshot chunk of ours (default: the job's) and of Flink CDC tuned "
+                   f"(as shipped: its own default, {FLINK_CDC_CHUNK_SIZE})")
     p.add_argument("--burst", type=int, default=BURST, help="updates applied before the catch-up runs")
     p.add_argument("--records", choices=("json", "raw"), default="json",
                    help="what the peers hand their counting sink: JSON (as documented) or the raw record")

@@ -77,14 +77,18 @@ from tpcds_customer import (
     _after_start_up,
     _median,
     _pipeline_detail,
+    compare_chunk_sizes,
     load,
+    parse_sizes,
     table_text,
     verdict,
+    write_chunk_sizes,
 )
 
 from binlog.postgres.positions import LsnOffset
 from cdc.app.sandbox.postgres import PgEndpoint, PostgresSandbox, binaries, start_postgres
 from cdc.app.tpcds import CUSTOMER_COLUMNS, customer_rows, generate_customer
+from cdc.model.config import DEFAULT_CHUNK_SIZE
 from sinks.delta.tables import read_table
 
 RESULTS = Path(__file__).with_name("results")
@@ -614,6 +618,9 @@ def run(bench: Bench) -> None:
     """Every phase, in order (the snapshot leaves the checkpoint that catch-up and latency continue)."""
     p = bench.args.parallelism
     cpb = bench.args.chunks_per_batch or 16 * p  # the job's default
+    if bench.args.chunk_sizes:
+        compare_chunk_sizes(bench, bench.args.chunk_sizes)
+        return
     bench.raw_scan("raw scan, warm-up (psql COPY TO STDOUT)")
     bench.raw_scan("raw scan (psql COPY TO STDOUT)")
     bench.single_reader()
@@ -629,7 +636,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--scale", type=int, default=100, help="TPC-DS scale (1 = 100k rows, 100 = 2M)")
     p.add_argument("--quick", action="store_true", help="100k updates and a 10 s latency window")
     p.add_argument("--parallelism", type=int, default=2, help="parallelism of ours and the JDBC peer")
-    p.add_argument("--chunk-size", type=int, default=8096, help="rows per snapshot chunk")
+    p.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE,
+                   help="rows per snapshot chunk (default: the job's)")
+    p.add_argument("--chunk-sizes", type=parse_sizes, default=None, help="only compare ours' snapshot at these "
+                   "comma-separated chunk sizes (twice each, alternating, between two JDBC runs; results in "
+                   "...-chunk-sizes.json)")
     p.add_argument("--chunks-per-batch", type=int, default=None,
                    help="chunks staged per micro-batch (default: the job's, 16 x parallelism)")
     p.add_argument("--updates", type=int, default=UPDATES, help="row updates applied before the catch-up run")
@@ -668,6 +679,10 @@ def main() -> None:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     lines, facts = bench.lines, bench.facts
+    if args.chunk_sizes:
+        write_chunk_sizes(RESULTS / f"postgres-{dt.date.today().isoformat()}-sf{args.scale}-chunk-sizes.json", args,
+                          table.rows, lines, load_start)
+        return
     result = verdict(lines, facts)
     print("\n" + table_text(lines))
     print(f"\nLoad average {load_start} at the start, {load()} at the end (2 shared cores: "

@@ -73,6 +73,7 @@ from select_readers import raw_scan, timed
 from tpcds import CustomerTable, Writer, customer_rows, customer_sandbox
 
 from binlog.mysql.reader import current_offset
+from cdc.model.config import DEFAULT_CHUNK_SIZE
 from sinks.delta.tables import count_rows
 
 RESULTS = Path(__file__).with_name("results")
@@ -353,6 +354,11 @@ def _cap_label(cap: int | str | None) -> str:
     return ", no cap" if cap is None else f", cap {int(cap) / 2**20:g} MiB"
 
 
+def parse_sizes(text: str) -> list[int]:
+    """``--chunk-sizes``: comma-separated row counts."""
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
 def parse_caps(text: str) -> list[int | str | None]:
     """``--max-batch-bytes``: comma-separated sizes in bytes or with a MiB/GiB suffix, ``none``
     (no cap) or ``default`` (the job's)."""
@@ -387,12 +393,46 @@ def _median(values: list[float]) -> float:
 # --- the run -------------------------------------------------------------------------------------
 
 
+def compare_chunk_sizes(bench: Any, sizes: list[int], rounds: int = 2) -> None:
+    """``--chunk-sizes``: the JDBC peer, then ours' snapshot at each chunk size in turn, ``rounds``
+    times (alternating, so the machine's drift meets every size), then the JDBC peer again.
+    ``bench`` is this module's :class:`Bench` or postgres_bench's (``jdbc``, ``snapshot``)."""
+    p = int(str(bench.args.parallelism).split(",")[-1])
+    cpb = bench.args.chunks_per_batch or 16 * p  # the job's default unless given
+    bench.jdbc(p)
+    for _ in range(rounds):
+        for size in sizes:
+            bench.args.chunk_size = size
+            job = bench.snapshot(p, cpb)
+            line = bench.lines[-1]
+            line.name += f", chunk {size:,}"
+            line.detail["chunk_size"] = size
+            print(f"    chunk {size:,}: {line.seconds:.2f} s in {line.detail['progress']['batches']} batches", flush=True)
+            shutil.rmtree(job, ignore_errors=True)
+    bench.jdbc(p)
+
+
+def chunk_size_summary(lines: list[Line]) -> dict[str, Any]:
+    """Per chunk size: the runs' seconds, and the best run's ratio against the faster JDBC run."""
+    jdbc = max((ln.rate for ln in lines if ln.kind == "peer" and "JDBC" in ln.name), default=0.0)
+    out: dict[str, Any] = {}
+    for ln in lines:
+        if "chunk_size" in ln.detail:
+            entry = out.setdefault(str(ln.detail["chunk_size"]), {"seconds": [], "best_vs_jdbc": 0.0})
+            entry["seconds"].append(round(ln.seconds, 2))
+            entry["best_vs_jdbc"] = max(entry["best_vs_jdbc"], round(ln.rate / jdbc, 2) if jdbc else 0.0)
+    return out
+
+
 def run(bench: Bench) -> None:
     """Every phase, in order (the last snapshot leaves the checkpoint that catch-up continues)."""
     a = bench.args
     parallelisms = [int(x) for x in a.parallelism.split(",")]
     top, cpb = max(parallelisms), 16 * max(parallelisms)  # the job's default chunks_per_batch
     caps = parse_caps(a.max_batch_bytes)
+    if a.chunk_sizes:
+        compare_chunk_sizes(bench, a.chunk_sizes)
+        return
     if a.catch_up_only:  # the snapshot it continues from, then the burst's catch-up per cap
         bench.catch_up(bench.snapshot(top, cpb), top, cpb, caps, decompose=False)
         return
@@ -585,7 +625,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "--write-rate updates/s, and the source alone into Spark's noop sink")
     p.add_argument("--parallelism", default=None, help="comma-separated parallelisms of ours and the JDBC "
                    "peer; the last is the headline (default 2; with --full 1,2)")
-    p.add_argument("--chunk-size", type=int, default=8096, help="rows per snapshot chunk")
+    p.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE,
+                   help="rows per snapshot chunk (default: the job's)")
+    p.add_argument("--chunk-sizes", type=parse_sizes, default=None, help="only compare ours' snapshot at these "
+                   "comma-separated chunk sizes (twice each, alternating, between two JDBC runs; results in "
+                   "...-chunk-sizes.json)")
     p.add_argument("--chunks-per-batch", type=int, default=None, help="the other chunks_per_batch tried, next to "
                    "the job's default (16 x parallelism; default 4 x parallelism)")
     p.add_argument("--write-rate", type=float, default=100.0, help="updates/s during the snapshot-with-writes run")
@@ -618,6 +662,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.burst = min(args.burst, 100_000)
         args.latency_seconds = min(args.latency_seconds, 10.0)
     return args
+
+
+def write_chunk_sizes(out: Path, args: argparse.Namespace, rows: int, lines: list[Line], load_start: float) -> None:
+    """The ``--chunk-sizes`` result: every line, and the summary per size."""
+    summary = chunk_size_summary(lines)
+    print("per chunk size:", json.dumps(summary))
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps({
+        "scale": args.scale, "rows": rows, "date": dt.date.today().isoformat(), "args": vars(args),
+        "load_average": {"start": load_start, "end": load()}, "chunk_sizes": summary,
+        "lines": [{**asdict(ln), "rows_per_s": round(ln.rate)} for ln in lines]}, indent=2, default=str) + "\n")
+    print(f"wrote {out}")
 
 
 def check_tools() -> None:
@@ -659,6 +715,10 @@ def main() -> None:
           f"Load average {load_start} at the start, {load()} at the end (2 shared cores: "
           f"{'noisy numbers' if max(load_start, load()) > 2 else 'quiet'}).")
     stamp = dt.date.today().isoformat()
+    if args.chunk_sizes:
+        write_chunk_sizes(RESULTS / f"tpcds_customer-{stamp}-sf{args.scale}-chunk-sizes.json", args, table.rows,
+                          lines, load_start)
+        return
     if args.catch_up_only:
         sized = ("" if args.mirror_file_size == "default" else f"-mirror{args.mirror_file_size.lower()}") + \
             layout_suffix(args)

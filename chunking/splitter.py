@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 from decimal import ROUND_FLOOR, Decimal, localcontext
 from typing import Any, Literal, Protocol
 
+from cdc.model.config import DEFAULT_CHUNK_SIZE
 from cdc.model.errors import ConfigError, NoChunkKey
 from cdc.model.schema import Column, TableSchema
 from chunking.chunks import KeyValue, SnapshotSplit, decode_value, encode_value
@@ -128,7 +129,8 @@ class SplitterOptions:
     """How to split tables (Flink CDC's ``scan.incremental.snapshot.chunk.*`` options).
 
     Attributes:
-        chunk_size: target rows per chunk (``source.chunk_size``; Flink's default 8096).
+        chunk_size: target rows per chunk (``source.chunk_size``: :data:`DEFAULT_CHUNK_SIZE`; Flink
+            CDC's default is 8096).
         distribution_factor_lower: below this factor keys are too dense for even splitting
             (Flink's ``chunk-key.even-distribution.factor.lower-bound``).
         distribution_factor_upper: above it keys are too sparse
@@ -138,7 +140,7 @@ class SplitterOptions:
         ConfigError: a value is out of range (the message names the option).
     """
 
-    chunk_size: int = 8096
+    chunk_size: int = DEFAULT_CHUNK_SIZE
     distribution_factor_lower: float = 0.05
     distribution_factor_upper: float = 1000.0
 

@@ -32,7 +32,7 @@ def _password_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_good_config_gets_defaults_and_expands_env() -> None:
     config = parse_config(GOOD)
     assert config.source.resolved_password() == "s3cret-value"
-    assert config.source.chunk_size == 8096 and config.source.startup_mode == "initial"
+    assert config.source.chunk_size == 32768 and config.source.startup_mode == "initial"
     assert config.parallelism == 2 and parse_duration_s(config.trigger_interval) == 1.0
     assert "s3cret-value" not in repr(config) and "s3cret-value" not in str(config)
 
