@@ -30,6 +30,9 @@ driver and every Python worker Spark forks; the collapsed stacks go to ``<dir>/<
 ``benchmarks/py_spy_summary.py`` says where each process kind spent its samples. With
 ``SPARK_CDC_BENCH_PY_SPY_IDLE=1`` as well, py-spy samples waiting threads too (``--idle``): where
 the wall time goes, not only the CPU.
+
+``SPARK_CDC_BENCH_SPARK_CHECKPOINTS=1`` keeps Spark's default checkpoint file manager instead of
+the job's (:func:`cdc.spark.session.fork_free_checkpoints`): the comparison behind that choice.
 """
 
 from __future__ import annotations
@@ -107,7 +110,7 @@ def pipeline_phase(spec: dict[str, Any]) -> dict[str, Any]:
     from cdc.app.config import parse_config
     from cdc.app.runner import JobRunner, job_modules, jvm_merges
     from cdc.spark.commit import BatchCommitter
-    from cdc.spark.session import local_session
+    from cdc.spark.session import fork_free_checkpoints, local_session
     from cdc.spark.source import SourceSpec, bound_source
 
     config = parse_config({"source": spec["source"],
@@ -141,6 +144,8 @@ def pipeline_phase(spec: dict[str, Any]) -> dict[str, Any]:
              snapshot_rows=r.snapshot_rows, change_rows=r.change_rows,
              commit_s=commit.seconds - before[0], sink_s=sink_write.seconds - before[1])
 
+    if not os.environ.get("SPARK_CDC_BENCH_SPARK_CHECKPOINTS"):
+        fork_free_checkpoints(spark, spec["checkpoint"])  # as the job's query (JobRunner._start)
     df = spark.readStream.format(source.name()).load()
     stream = (df.writeStream.format("noop") if noop else df.writeStream.foreachBatch(write))
     stream = stream.option("checkpointLocation", spec["checkpoint"])

@@ -23,6 +23,7 @@ from cdc.app.runner import JobFailed, JobRunner
 from cdc.app.sandbox.mysql import Sandbox, free_port
 from cdc.model.config import JobConfig
 from cdc.model.errors import ConfigError
+from cdc.spark.session import CHECKPOINT_MANAGER, FILE_SYSTEM_CHECKPOINTS
 
 PASSWORD_ENV = "TEST_JOB_PASSWORD"
 
@@ -211,16 +212,25 @@ def change_five_tables(admin: Any) -> None:
         cur.execute("INSERT INTO times VALUES ('2030-06-01 12:00:00.999', 1)")
 
 
+FILE_CONTEXT_CHECKPOINTS = "org.apache.spark.sql.execution.streaming.checkpointing.FileContextBasedCheckpointFileManager"
+
+
 def test_whole_database_with_five_key_types_then_changes_then_restart(
     spark: Any, mysql_server: Sandbox, database: str, admin: Any, tmp_path: Path,
 ) -> None:
     create_five_tables(admin)
     # two chunks per table, all ten staged by the first batch
     config = config_of(raw_config(mysql_server, database, tmp_path, chunk_size=150, chunks_per_batch=10))
+    # the first run keeps its checkpoint with Spark's default manager, as every job before
+    # 2026-11-28 did (a session's own choice wins); the restart with the job's (fork_free_checkpoints)
+    spark.conf.set(CHECKPOINT_MANAGER, FILE_CONTEXT_CHECKPOINTS)
     first = JobRunner(config, spark).run(once=True)
     assert first.batches >= 2 and set(first.tables) == {f"{database}.{n}" for n, *_ in FIVE_TABLES}
+    assert spark.conf.get(CHECKPOINT_MANAGER) == FILE_CONTEXT_CHECKPOINTS
+    spark.conf.unset(CHECKPOINT_MANAGER)
     change_five_tables(admin)
     second = JobRunner(config, spark).run(once=True)  # a restart: resumes from the checkpoint
+    assert spark.conf.get(CHECKPOINT_MANAGER) == FILE_SYSTEM_CHECKPOINTS
     assert 0 < second.rows < 100, "the restart reads only the changes, not the tables again"
     p = Pipeline(spark, mysql_server, database, tmp_path)
     for table_id, schema in p.schemas().items():

@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cdc.app.config import parse_config
 from cdc.app.runner import jvm_merges
-from cdc.spark.session import LIGHT_JVM_OPTIONS, jvm_archive, light_jvm_options
+from cdc.spark.session import (
+    CHECKPOINT_MANAGER,
+    FILE_SYSTEM_CHECKPOINTS,
+    LIGHT_JVM_OPTIONS,
+    fork_free_checkpoints,
+    jvm_archive,
+    light_jvm_options,
+)
 
 SOURCE = {"username": "cdc", "password": "pw", "tables": ["shop\\..*"]}
 
@@ -56,3 +65,70 @@ def test_the_light_jvm_maps_the_environments_class_archive_when_there_is_one(tmp
     blank.mkdir()
     (blank / "spark-classes.jsa").write_bytes(b"")
     assert light_jvm_options(blank) == LIGHT_JVM_OPTIONS  # Spark would cut the path at the blank
+
+
+# Three micro-batches of a file stream, available-now, into a no-op foreachBatch, on a fresh
+# session; prints the readlink calls logged while the query ran, and the batches.
+THREE_BATCHES = """
+import os, sys
+from cdc.spark.session import fork_free_checkpoints, local_session
+work, log, fork_free = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+spark = local_session("t", parallelism=1, light_jvm=True)
+os.makedirs(f"{work}/in")
+for i in range(3):
+    with open(f"{work}/in/{i}.json", "w") as f:
+        f.write('{"a": 1}\\n')
+if fork_free:
+    fork_free_checkpoints(spark, f"{work}/cp")
+before = sum(1 for _ in open(log)) if os.path.exists(log) else 0
+df = spark.readStream.schema("a INT").option("maxFilesPerTrigger", 1).json(f"{work}/in")
+query = df.writeStream.foreachBatch(lambda batch, batch_id: None).option("checkpointLocation", f"{work}/cp")
+query = query.trigger(availableNow=True).start()
+query.awaitTermination()
+after = sum(1 for _ in open(log)) if os.path.exists(log) else 0
+print(after - before, sum(name.isdigit() for name in os.listdir(f"{work}/cp/commits")))
+spark.stop()
+"""
+
+
+def _readlinks_of_three_batches(tmp_path: Path, fork_free: bool) -> tuple[int, int]:
+    """Run :data:`THREE_BATCHES` with a ``readlink`` first on PATH that logs each call."""
+    spy, log, work = tmp_path / "bin", tmp_path / "readlink.log", tmp_path / ("ff" if fork_free else "default")
+    spy.mkdir(exist_ok=True)
+    (spy / "readlink").write_text(f'#!/bin/sh\necho "$@" >> {log}\nexec {shutil.which("readlink")} "$@"\n')
+    (spy / "readlink").chmod(0o755)
+    env = {**os.environ, "PATH": f"{spy}:{os.environ['PATH']}"}
+    out = subprocess.run([sys.executable, "-c", THREE_BATCHES, str(work), str(log), str(int(fork_free))], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    calls, batches = out.stdout.split()[-2:]
+    return int(calls), int(batches)
+
+
+@pytest.mark.slow
+def test_a_local_checkpoint_is_kept_without_forking_a_process_per_file(tmp_path: Path) -> None:
+    """Spark's default checkpoint manager forks ``readlink`` from the driver JVM for each file it
+    renames (Hadoop's RawLocalFs); the job's (:func:`fork_free_checkpoints`) forks none."""
+    calls, batches = _readlinks_of_three_batches(tmp_path, fork_free=False)
+    assert batches == 3 and calls >= 3 * 2, "the default manager's forks (the spy sees them)"
+    calls, batches = _readlinks_of_three_batches(tmp_path, fork_free=True)
+    assert (calls, batches) == (0, 3)
+
+
+def test_only_a_local_checkpoint_without_a_chosen_manager_gets_the_file_system_one(spark: Any) -> None:
+    before = spark.conf.get(CHECKPOINT_MANAGER, None)
+    try:
+        spark.conf.unset(CHECKPOINT_MANAGER)
+        fork_free_checkpoints(spark, "s3a://bucket/checkpoints/shop")
+        fork_free_checkpoints(spark, "hdfs://nn:8020/checkpoints/shop")
+        assert spark.conf.get(CHECKPOINT_MANAGER, None) is None
+        fork_free_checkpoints(spark, "file:///var/cdc/checkpoints/shop")
+        assert spark.conf.get(CHECKPOINT_MANAGER) == FILE_SYSTEM_CHECKPOINTS
+        spark.conf.set(CHECKPOINT_MANAGER, "com.example.TheirManager")
+        fork_free_checkpoints(spark, "/var/cdc/checkpoints/shop")
+        assert spark.conf.get(CHECKPOINT_MANAGER) == "com.example.TheirManager"
+    finally:
+        if before is None:
+            spark.conf.unset(CHECKPOINT_MANAGER)
+        else:
+            spark.conf.set(CHECKPOINT_MANAGER, before)
