@@ -6,7 +6,9 @@ exactly-once suites run it too: tests/test_pipeline.py)."""
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 import struct
 from pathlib import Path
 from typing import Any
@@ -91,6 +93,32 @@ def test_random_batches_become_deletion_vectors_that_every_reader_applies(tmp_pa
     assert again.write_mirror(S, cb.batch(S, events), 40)
     cb.apply(model, S, events)
     assert cb.mirror_rows(again, S) == cb.model_rows(model)
+
+
+def test_a_merge_reads_each_files_keys_once_and_another_writers_vectors_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The files' keys are read from disk by the first MERGE that needs them, then found in
+    memory (sinks/delta/key_index.py); the rows a MERGE hid are remembered, until another writer
+    commits: then its deletion vectors are read back, and the rows it hid stay hidden."""
+    sink, model = dv_tables(tmp_path), dict[Any, Any]()
+    start(sink, S, [cb.row(S, (k,), c_int=k) for k in range(100, 140)], model)  # 4 files, keys interleaved
+
+    def merge(tables: DeltaTables, batch_id: int, keys: range) -> int:
+        events = [cb.event("u", model[(k,)], cb.row(S, (k,), c_int=-batch_id), batch_id) for k in keys]
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger=deletion_vectors.__name__):
+            cb.write_batch(tables, S, cb.batch(S, events), batch_id)
+        cb.apply(model, S, events)
+        assert cb.mirror_rows(tables, S) == cb.model_rows(model), f"after batch {batch_id}"
+        found = re.search(r"\((\d+) key columns read from disk\)", caplog.text)
+        assert found, caplog.text
+        return int(found.group(1))
+
+    assert merge(sink, 10, range(100, 140, 3)) == 4, "the snapshot's four files"
+    assert merge(sink, 11, range(101, 140, 3)) == 1, "batch 10's new file only"
+    merge(dv_tables(tmp_path), 12, range(102, 140, 3))  # another writer hides rows in the same files
+    assert merge(sink, 13, range(100, 140, 2)) == 2, "the new files of batches 11 and 12"
 
 
 def test_compaction_and_vacuum_keep_the_rows_deletion_vectors_hide_hidden(tmp_path: Path) -> None:

@@ -5,9 +5,11 @@ is every file, so a MERGE of 1,000 random keys rewrote the whole 2M-row TPC-DS S
 the mirror trailed the changelog by seconds (minutes at SF1000). With ``sink.deletion_vectors``
 a batch instead:
 
-1. reads the key column(s) of the files whose key range may hold a changed key, and finds the
-   positions of the changed keys' current rows (rows an earlier deletion vector already hides are
-   skipped);
+1. reads the key column(s) of the files whose key range may hold a changed key (each file once:
+   later MERGEs find them in memory, :mod:`sinks.delta.key_index`), and finds the positions of
+   the changed keys' current rows (rows an earlier deletion vector already hides are skipped: the
+   positions this module's last commit left, or the table's deletion vectors when another writer
+   committed since);
 2. writes the changed keys' new rows (not the deleted keys') to new files, in key order;
 3. writes one deletion-vector file holding, for every touched file, its old deleted positions
    plus the new ones (Delta's format: a 64-bit portable RoaringBitmap per file, framed with its
@@ -58,6 +60,7 @@ from sinks.changes import DELETE_FLAG
 from sinks.delta.commits import MissingCommit, read_actions
 from sinks.delta.config import DeltaSinkConfig
 from sinks.delta.files import StagedFile, local_dir, write_file, write_table_file
+from sinks.delta.key_index import KeyIndex
 from sinks.delta.rewrite import UPSERT_FILE_ROWS, KeyRanges
 
 log = logging.getLogger(__name__)
@@ -117,6 +120,9 @@ class DeletionVectorMerge:
     def __init__(self, config: DeltaSinkConfig) -> None:
         self.config = config
         self._descriptors: dict[str, dict[str, dict[str, Any]]] = {}  # table URI -> path -> its DV
+        self.keys = KeyIndex()  # where each key lies in the data files, read once per file
+        # table URI -> (the version this merger committed, the positions each live file hides then)
+        self._hidden: dict[str, tuple[int, dict[str, np.ndarray]]] = {}
 
     def merge(self, schema: TableSchema, table: DeltaTable, source: pa.Table, storage: pa.Schema,
               app: str, batch_id: int) -> None:
@@ -134,15 +140,18 @@ class DeletionVectorMerge:
         paths: list[str] = files.get("path", [])
         files["num_records"] = [n if n is not None else pq.ParquetFile(os.path.join(root, unquote(p))).metadata.num_rows
                                 for p, n in zip(paths, files.get("num_records", []), strict=True)]
-        hidden = hidden_rows(table, root)
+        hidden = self._hidden_rows(table, root)
         keys = source.select(list(key)).cast(pa.schema([storage.field(k) for k in key]))
         ranges = KeyRanges(keys, key[0], files)
+        full = [os.path.join(root, unquote(p)) for p in paths]
+        self.keys.retain(root, set(full))
+        reads = self.keys.reads
 
         def positions(i: int) -> tuple[int, np.ndarray] | None:
             wanted = ranges.of_file(i)
             if wanted.num_rows == 0:
                 return None
-            found = _positions(os.path.join(root, unquote(paths[i])), wanted, key)
+            found = self.keys.positions(full[i], key, wanted)
             new = np.setdiff1d(found, hidden.get(paths[i], _EMPTY), assume_unique=True)
             return (i, new) if new.size else None
 
@@ -171,12 +180,22 @@ class DeletionVectorMerge:
                                     "modificationTime": now, "dataChange": True, "stats": _wide_stats(files, i),
                                     "deletionVector": vectors[path]}})
         actions += [{"add": _add(f)} for f in staged]
-        _commit_next(table, root, actions)
+        version = _commit_next(table, root, actions)
         self._descriptors.setdefault(table.table_uri, {}).update(vectors)
-        log.info("mirror of %s: batch %d as deletion vectors: %d rows hidden in %d of %d files, %d rows in %d "
-                 "new files; %.2f s", schema.table_id, batch_id, sum(int(v["cardinality"]) for v in vectors.values())
-                 - sum(len(hidden.get(p, _EMPTY)) for p in deletes), len(deletes), len(paths), upserts.num_rows,
-                 len(staged), time.perf_counter() - began)
+        self._hidden[table.table_uri] = (version, {**hidden, **deletes})
+        log.info("mirror of %s: batch %d as deletion vectors: %d rows hidden in %d of %d files (%d key columns "
+                 "read from disk), %d rows in %d new files; %.2f s", schema.table_id, batch_id,
+                 sum(int(v["cardinality"]) for v in vectors.values()) - sum(len(hidden.get(p, _EMPTY)) for p in deletes),
+                 len(deletes), len(paths), self.keys.reads - reads, upserts.num_rows, len(staged),
+                 time.perf_counter() - began)
+
+    def _hidden_rows(self, table: DeltaTable, root: str) -> dict[str, np.ndarray]:
+        """:func:`hidden_rows`, or what this merger's last commit left when the table is still at
+        that version (any other writer's commit, a compaction or a purge, moves it on)."""
+        kept = self._hidden.pop(table.table_uri, None)
+        if kept is not None and kept[0] == table.version():
+            return kept[1]
+        return hidden_rows(table, root)
 
     def _write_vectors(self, root: str, deletes: dict[str, np.ndarray]) -> dict[str, dict[str, Any]]:
         """One deletion-vector file holding every touched file's vector; their descriptors."""
@@ -253,16 +272,6 @@ def purge(table: DeltaTable, fraction: float = 0.5) -> int:
     return len(due)
 
 
-def _positions(path: str, keys: pa.Table, key: tuple[str, ...]) -> np.ndarray:
-    """The row positions in the Parquet file at ``path`` whose key is among ``keys``."""
-    rows = pq.read_table(path, columns=list(key))
-    if len(key) == 1:
-        column = rows[key[0]].cast(keys[key[0]].type)
-        return np.flatnonzero(pc.is_in(column, value_set=keys[key[0]]).to_numpy(zero_copy_only=False))
-    rows = rows.cast(keys.schema).append_column("__position", pa.array(np.arange(rows.num_rows)))
-    return np.sort(rows.join(keys, keys=list(key), join_type="inner")["__position"].to_numpy())
-
-
 def _wide_stats(files: dict[str, list[Any]], i: int) -> str:
     """The file's statistics, marked wide (its deletion vector hides rows): numRecords counts
     every row in the file; min, max and null counts of the JSON-representable columns."""
@@ -299,7 +308,7 @@ def _remove(path: str, size: int, vector: dict[str, Any] | None, now: int, *, da
                        "partitionValues": {}, "size": size, **({"deletionVector": vector} if vector else {})}}
 
 
-def _commit_next(table: DeltaTable, root: str, actions: list[dict[str, Any]]) -> None:
+def _commit_next(table: DeltaTable, root: str, actions: list[dict[str, Any]]) -> int:
     """Commit ``actions`` as ``table``'s next version, then write a checkpoint when the log has
     grown ``CHECKPOINT_EVERY`` versions past the last one (delta-rs checkpoints its own commits
     at multiples of its interval only: one of ours landing there, or a run of them, would leave
@@ -309,6 +318,7 @@ def _commit_next(table: DeltaTable, root: str, actions: list[dict[str, Any]]) ->
     table.update_incremental()
     if version - _last_checkpoint(root) >= CHECKPOINT_EVERY:
         table.create_checkpoint()
+    return version
 
 
 def _commit(root: str, version: int, actions: list[dict[str, Any]]) -> None:
