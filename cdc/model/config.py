@@ -44,11 +44,11 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$")
 StartupMode = Literal["initial", "snapshot", "latest-offset", "earliest-offset", "specific-offset", "timestamp"]
 SslMode = Literal["disable", "prefer", "require", "verify-ca", "verify-full"]
 _VERIFYING: tuple[SslMode, ...] = ("verify-ca", "verify-full")
-# Rows per snapshot chunk. 4x Flink CDC's 8096: each chunk costs a low-watermark query, a SELECT, a
-# staged file and its bookkeeping whatever its size, and a micro-batch of 16 x parallelism chunks
-# costs a Spark batch. TPC-DS SF100 at p=2 (README, "Chunk size"): 8096 took 20.0-22.1 s on MySQL and
-# 22.9-24.1 s on PostgreSQL, 32768 took 15.9-17.0 s and 20.4-21.2 s; 65536 gained 0.5 s more on MySQL.
-# A task still writes its rows to files every 131,072 rows, so memory grows by one chunk only.
+# Rows per snapshot chunk: 4x Flink CDC's 8096. Each chunk costs a low-watermark query, a SELECT,
+# a staged file and its bookkeeping whatever its size, and a micro-batch of 16 x parallelism chunks
+# costs a Spark batch. A TPC-DS SF100 snapshot at p=2 took 15.8-16.9 s against 19.4-19.7 s with 8096
+# on MariaDB, 20.0-21.8 s against 22.8-25.7 s on PostgreSQL (README, Performance, "Chunk size").
+# A task writes its rows to files every 131,072 rows anyway, so its memory grows by one chunk.
 DEFAULT_CHUNK_SIZE = 32768
 
 
