@@ -288,12 +288,16 @@ def decompose_phase(spec: dict[str, Any]) -> dict[str, Any]:
     reader: Any = source.streamReader(None)
     ctx, schemas = reader.context, source.table_schemas()
     _warm_up(dialect.settings, next(iter(schemas.values())))  # type: ignore[attr-defined]
-    planned = reader.latestOffset(reader.initialOffset(), None)  # the warm-up batch: few chunks
-    for _ in range(8):  # plans ramp up to chunks_per_batch; only the last plan's chunks are run
+    def staged(plan: dict[str, Any]) -> int:
+        return sum(hi - lo for lo, hi in plan["stage"].values())
+
+    planned = best = reader.latestOffset(reader.initialOffset(), None)  # the warm-up batch: few chunks
+    for _ in range(8):  # plans ramp up to chunks_per_batch; only the largest plan's chunks are run
         planned = reader.latestOffset(planned, None)
-        if sum(hi - lo for lo, hi in planned["stage"].values()) >= int(spec["source"]["chunks_per_batch"]):
-            break
-    chunks = [(t, i) for t, (lo, hi) in planned["stage"].items() for i in range(lo, hi)]
+        best = planned if staged(planned) > staged(best) else best
+        if staged(planned) >= int(spec["source"]["chunks_per_batch"]) or not staged(planned):
+            break  # enough, or the table has no chunk left (a small table in large chunks)
+    chunks = [(t, i) for t, (lo, hi) in best["stage"].items() for i in range(lo, hi)]
     reader_id = dialect.reader_ids()[1]
     seconds, rows, prof = {"stage": 0.0, "emit (incl. Parquet)": 0.0}, 0, cProfile.Profile()
     emit("ready")
