@@ -27,15 +27,14 @@ import sys
 import tempfile
 import time
 
-MANAGERS = {
-    "file-context": "org.apache.spark.sql.execution.streaming.checkpointing.FileContextBasedCheckpointFileManager",
-    "file-system": "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
-}
+from cdc.spark.session import CHECKPOINT_MANAGER, FILE_CONTEXT_CHECKPOINTS, FILE_SYSTEM_CHECKPOINTS
+
+MANAGERS = {"file-context": FILE_CONTEXT_CHECKPOINTS, "file-system": FILE_SYSTEM_CHECKPOINTS}
 
 
 def child(manager: str, batches: int) -> None:
     """One run (a process of its own): prints a JSON line."""
-    from cdc.spark.session import CHECKPOINT_MANAGER, local_session
+    from cdc.spark.session import local_session
 
     spark = local_session("checkpoint-managers", parallelism=2, light_jvm=True, **{CHECKPOINT_MANAGER: MANAGERS[manager]})
     work = tempfile.mkdtemp(prefix="checkpoint-managers-")

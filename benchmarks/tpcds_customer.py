@@ -664,15 +664,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def write_result(out: Path, args: argparse.Namespace, rows: int, load_start: float, lines: list[Line],
+                 **extra: Any) -> None:
+    """A run's JSON: the run's facts, ``extra`` (targets, facts of the phases...) and every line."""
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps({
+        "scale": args.scale, "rows": rows, "date": dt.date.today().isoformat(), "args": vars(args),
+        "load_average": {"start": load_start, "end": load()}, **extra,
+        "lines": [{**asdict(ln), "rows_per_s": round(ln.rate)} for ln in lines]}, indent=2) + "\n")
+
+
 def write_chunk_sizes(out: Path, args: argparse.Namespace, rows: int, lines: list[Line], load_start: float) -> None:
     """The ``--chunk-sizes`` result: every line, and the summary per size."""
     summary = chunk_size_summary(lines)
     print("per chunk size:", json.dumps(summary))
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps({
-        "scale": args.scale, "rows": rows, "date": dt.date.today().isoformat(), "args": vars(args),
-        "load_average": {"start": load_start, "end": load()}, "chunk_sizes": summary,
-        "lines": [{**asdict(ln), "rows_per_s": round(ln.rate)} for ln in lines]}, indent=2, default=str) + "\n")
+    write_result(out, args, rows, load_start, lines, chunk_sizes=summary)
     print(f"wrote {out}")
 
 
@@ -723,11 +729,7 @@ def main() -> None:
         sized = ("" if args.mirror_file_size == "default" else f"-mirror{args.mirror_file_size.lower()}") + \
             layout_suffix(args)
         out = RESULTS / f"tpcds_customer-{stamp}-sf{args.scale}-catchup-burst{args.burst}{sized}.json"
-        out.parent.mkdir(exist_ok=True)
-        out.write_text(json.dumps({
-            "scale": args.scale, "rows": table.rows, "date": stamp, "args": vars(args),
-            "load_average": {"start": load_start, "end": load()}, "rss_columns": RSS_COLUMNS,
-            "lines": [{**asdict(ln), "rows_per_s": round(ln.rate)} for ln in lines], **facts}, indent=2) + "\n")
+        write_result(out, args, table.rows, load_start, lines, rss_columns=RSS_COLUMNS, **facts)
         print(f"wrote {out}")
         return
     result = verdict(lines, facts)
@@ -737,13 +739,8 @@ def main() -> None:
     mode = ("-quick" if args.quick else "-full" if args.full else "") + (
         f"-burst{args.burst}" if args.burst != BURST and not args.quick else "") + layout_suffix(args)
     out = RESULTS / f"tpcds_customer-{stamp}-sf{args.scale}{mode}.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps({
-        "scale": args.scale, "rows": table.rows, "date": stamp, "args": vars(args),
-        "load_average": {"start": load_start, "end": load()}, "wall_seconds": round(time.perf_counter() - started),
-        **result, "where_the_time_goes": where,
-        "lines": [{**asdict(ln), "rows_per_s": round(ln.rate)} for ln in lines], **facts,
-    }, indent=2) + "\n")
+    write_result(out, args, table.rows, load_start, lines, wall_seconds=round(time.perf_counter() - started),
+                 **result, where_the_time_goes=where, **facts)
     chart(lines, facts, f"TPC-DS customer SF{args.scale}, {table.rows:,} rows ({stamp}, load {load_start})",
           out.with_suffix(".png"))
     print(f"wrote {out} and {out.with_suffix('.png').name} in {time.perf_counter() - started:.0f}s")

@@ -23,7 +23,7 @@ from cdc.app.runner import JobFailed, JobRunner
 from cdc.app.sandbox.mysql import Sandbox, free_port
 from cdc.model.config import JobConfig
 from cdc.model.errors import ConfigError
-from cdc.spark.session import CHECKPOINT_MANAGER, FILE_SYSTEM_CHECKPOINTS
+from cdc.spark.session import CHECKPOINT_MANAGER, FILE_CONTEXT_CHECKPOINTS, FILE_SYSTEM_CHECKPOINTS
 
 PASSWORD_ENV = "TEST_JOB_PASSWORD"
 
@@ -210,9 +210,6 @@ def change_five_tables(admin: Any) -> None:
         cur.execute("UPDATE composite SET v = -1 WHERE a = 4")
         cur.execute("DELETE FROM times WHERE v < 10")
         cur.execute("INSERT INTO times VALUES ('2030-06-01 12:00:00.999', 1)")
-
-
-FILE_CONTEXT_CHECKPOINTS = "org.apache.spark.sql.execution.streaming.checkpointing.FileContextBasedCheckpointFileManager"
 
 
 def test_whole_database_with_five_key_types_then_changes_then_restart(

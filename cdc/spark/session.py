@@ -40,6 +40,7 @@ DAEMON_CONF = {"spark.python.daemon.module": "cdc.spark.daemon"}
 # rename(2): the FileSystem one gives up nothing there.
 CHECKPOINT_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
 FILE_SYSTEM_CHECKPOINTS = "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
+FILE_CONTEXT_CHECKPOINTS = "org.apache.spark.sql.execution.streaming.checkpointing.FileContextBasedCheckpointFileManager"  # Spark's default
 
 
 def fork_free_checkpoints(spark: Any, checkpoint: str) -> None:
