@@ -132,3 +132,20 @@ def test_only_a_local_checkpoint_without_a_chosen_manager_gets_the_file_system_o
             spark.conf.unset(CHECKPOINT_MANAGER)
         else:
             spark.conf.set(CHECKPOINT_MANAGER, before)
+
+
+def test_a_local_session_rebuilds_a_delta_tables_state_in_one_task_per_thread(spark: Any, tmp_path: Path) -> None:
+    """Delta's default is 50 tasks per state rebuild, which cost a first query 16 s here."""
+    path = str(tmp_path / "t")
+    for start in range(0, 30, 10):  # a few commits, as a mirror has
+        spark.range(start, start + 10).write.format("delta").mode("append").save(path)
+    tracker = spark.sparkContext.statusTracker()
+    spark.sparkContext.setJobGroup("first-read", "a session's first read of the table")
+    try:
+        fresh = spark.newSession()  # no cached state: the read rebuilds it
+        assert fresh.read.format("delta").load(path).count() == 30
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    stages = [tracker.getStageInfo(s) for j in tracker.getJobIdsForGroup("first-read")
+              for s in tracker.getJobInfo(j).stageIds]
+    assert stages and max(s.numTasks for s in stages if s is not None) <= 2  # the fixture's local[2]

@@ -50,7 +50,7 @@ from cdc.model.errors import CdcError, ConfigError
 from cdc.model.schema import TableId, TableSchema
 from cdc.spark.jars import spark_jars
 from cdc.spark.layout import StreamLayout
-from cdc.spark.session import DELTA_CONF, catalog_conf
+from cdc.spark.session import DELTA_CONF, SNAPSHOT_PARTITIONS, catalog_conf
 from cdc.spark.source import SourceSpec, bound_source, table_schemas
 from sinks.delta.tables import PROP_KEY, PROP_KIND, PROP_SOURCE
 
@@ -250,7 +250,7 @@ def pipeline_conf(storage: str | Path, jars: Sequence[str]) -> dict[str, str]:
     return {"spark.jars": ",".join(jars), **DELTA_CONF, **catalog_conf(Path(storage) / "catalog"),
             "spark.sql.sources.default": "delta",  # not format="delta": its second run would ALTER the provider
             "spark.sql.session.timeZone": "UTC", "spark.sql.shuffle.partitions": "2",
-            "spark.databricks.delta.snapshotPartitions": "2", "spark.ui.showConsoleProgress": "false"}
+            SNAPSHOT_PARTITIONS: "2", "spark.ui.showConsoleProgress": "false"}
 
 
 @contextlib.contextmanager
