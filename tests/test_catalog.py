@@ -13,6 +13,7 @@ import csv
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +24,7 @@ import yaml
 
 from cdc.app.sandbox.mysql import Sandbox
 from cdc.spark.jars import VersionMismatch, check_versions
+from sinks.delta.catalog import location
 
 pytestmark = pytest.mark.slow  # each CLI call starts a Spark driver
 
@@ -124,3 +126,23 @@ def test_delta_jars_built_for_another_spark_name_both_versions() -> None:
     message = str(info.value)
     assert "built for Spark 4.2.0" in message and "pyspark 4.1.1 is installed" in message
     assert "pip install pyspark==4.2.0" not in message and "install pyspark==4.2.0" in message
+
+
+def test_a_names_location_comes_from_the_metastore_without_loading_the_delta_table(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The job asks for each of its names at every start; loading the table behind each name cost
+    2.8 s a name (its log and state). So the answer holds with the table's files gone."""
+    path = tmp_path / "mirror"
+    spark.range(3).write.format("delta").save(str(path))
+    spark.sql("CREATE DATABASE IF NOT EXISTS cat_db")
+    spark.sql(f"CREATE TABLE cat_db.t_x USING DELTA LOCATION '{path}'")
+    spark.sql("CREATE OR REPLACE VIEW cat_db.v AS SELECT 1 AS one")
+    shutil.rmtree(path)
+    try:
+        assert location(spark, "cat_db", "t_x") == path.as_uri().replace("file:///", "file:/")
+        assert location(spark, "cat_db", "absent") is None
+        assert location(spark, "no_such_db", "t_x") is None
+        assert location(spark, "cat_db", "v") == ""  # a view: the name is taken, and has no files
+    finally:
+        spark.sql("DROP DATABASE cat_db CASCADE")
