@@ -74,9 +74,10 @@ def _names(config: DeltaSinkConfig, schemas: dict[TableId, TableSchema]) -> list
     return [(*table_name(config, t, kind), config.uri(t, kind)) for t in sorted(schemas) for kind in KINDS]
 
 
-def check_names(spark: Any, config: DeltaSinkConfig, schemas: dict[TableId, TableSchema]) -> bool:
+def check_names(spark: Any, config: DeltaSinkConfig, schemas: dict[TableId, TableSchema]) -> set[str] | None:
     """Check that every name the sink would register is free or already this job's (driver, before
-    anything is written). False when the session cannot register tables at all.
+    anything is written); the names (``db.table``) already this job's, for :func:`register_tables`.
+    None when the session cannot register tables at all.
 
     Raises:
         TableNameTaken: a name already belongs to a table at another location.
@@ -86,7 +87,8 @@ def check_names(spark: Any, config: DeltaSinkConfig, schemas: dict[TableId, Tabl
                     "(they stay readable by path): build it with spark.sql.extensions="
                     "io.delta.sql.DeltaSparkSessionExtension and spark.sql.catalog.spark_catalog="
                     "org.apache.spark.sql.delta.catalog.DeltaCatalog (README, Run on a cluster)")
-        return False
+        return None
+    registered = set()
     for db, table, uri in _names(config, schemas):
         existing = location(spark, db, table)
         if existing is not None and not _same(existing, uri):
@@ -95,19 +97,22 @@ def check_names(spark: Any, config: DeltaSinkConfig, schemas: dict[TableId, Tabl
                 "drop it (DROP TABLE keeps a table's files only when it is external) or set "
                 "sink.catalog_prefix to register this job's tables under other names",
                 table=f"{db}.{table}", location=existing)
-    return True
+        if existing is not None:
+            registered.add(f"{db}.{table}")
+    return registered
 
 
-def register_tables(spark: Any, config: DeltaSinkConfig, schemas: dict[TableId, TableSchema]) -> list[str]:
-    """Register every mirror and changelog of ``schemas`` (they must exist, and
-    :func:`check_names` must have passed); returns their names (driver)."""
+def register_tables(spark: Any, config: DeltaSinkConfig, schemas: dict[TableId, TableSchema],
+                    registered: set[str]) -> list[str]:
+    """Register every mirror and changelog of ``schemas`` (they must exist) but the names
+    :func:`check_names` found ``registered`` already; returns their names (driver)."""
     names, databases = [], set()
     for db, table, uri in _names(config, schemas):
         full = f"{_ident(db)}.{_ident(table)}"
         if db not in databases:
             spark.sql(f"CREATE DATABASE IF NOT EXISTS {_ident(db)}")
             databases.add(db)
-        if location(spark, db, table) is None:
+        if f"{db}.{table}" not in registered:
             spark.sql(f"CREATE TABLE {full} USING DELTA LOCATION '{uri.replace(chr(39), chr(92) + chr(39))}'")
         names.append(f"{db}.{table}")
     log.info("registered %d tables by name: %s", len(names), ", ".join(names))

@@ -83,14 +83,14 @@ class DeltaSink(Sink):
         return DeltaFileWriter(self.delta)
 
     def open(self, schemas: dict[TableId, TableSchema]) -> None:
-        register = self.delta.register_tables and self.spark is not None and \
-            check_names(self.spark, self.delta, schemas)  # a name taken elsewhere: refused, nothing written
+        registered = check_names(self.spark, self.delta, schemas) \
+            if self.delta.register_tables and self.spark is not None else None  # taken elsewhere: refused, nothing written
         self.current = {t: self._recorded(s) for t, s in schemas.items()}
         for schema in self.current.values():  # the tables exist from the start, so names resolve
             self._ensure(schema)
             self.maintainer.prepare_mirror(schema.table_id)  # before any MERGE (a properties commit)
-        if register:
-            register_tables(self.spark, self.delta, schemas)
+        if registered is not None:
+            register_tables(self.spark, self.delta, schemas, registered)
         if self.delta.async_mirror:
             self.follower = MirrorFollower(self.tables, self.current, hooks=self.hooks, maintainer=self.maintainer)
             self.follower.recover()
