@@ -19,12 +19,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 import yaml
 
 from cdc.app.sandbox.mysql import Sandbox
+from cdc.model.schema import Column, TableId, TableSchema
+from cdc.model.spark_conf import OWN_CATALOG
 from cdc.spark.jars import VersionMismatch, check_versions
-from sinks.delta.catalog import location
+from sinks.delta import sink as delta_sink
+from sinks.delta.catalog import RECORD, TableNameTaken, forget_names, location, names_recorded
+from sinks.delta.config import DeltaSinkConfig
 
 pytestmark = pytest.mark.slow  # each CLI call starts a Spark driver
 
@@ -63,11 +68,14 @@ def test_tables_by_name_outlive_the_job_cdc_sql_prints_them_and_a_taken_name_is_
     first = job_file(tmp_path / "job.yaml", mysql_server, database, tmp_path / "lake")
     config = str(first)
     assert (run := cdc("run", "--config", config, "--once")).returncode == 0, run.stderr[-3000:]
+    assert f"registered 2 tables by name: {database}.t, {database}.t_changelog" in run.stderr
     with admin.cursor() as cur:
         cur.execute("UPDATE t SET v = 'changed' WHERE id = 3")
         cur.execute("DELETE FROM t WHERE id >= 15")
     assert (run := cdc("run", "--config", config, "--once")).returncode == 0, run.stderr[-3000:]
-    assert f"registered 2 tables by name: {database}.t, {database}.t_changelog" in run.stderr
+    # the restart finds its names in the catalog's record and leaves the metastore alone
+    assert "the mirrors and changelogs of 1 table(s) are registered by name already" in run.stderr
+    assert "registered 2 tables by name" not in run.stderr
 
     # the same job's checkpoint (so its catalog) with another lake: the names are taken
     moved = job_file(tmp_path / "moved.yaml", mysql_server, database, tmp_path / "other-lake")
@@ -92,6 +100,7 @@ def test_tables_by_name_outlive_the_job_cdc_sql_prints_them_and_a_taken_name_is_
     assert rows == [{"id": i, "v": "changed" if i == 3 else f"v{i}"} for i in range(15)]
 
     catalog = str(tmp_path / "checkpoint_state" / "catalog")  # --catalog needs no job file
+    assert not (Path(catalog) / RECORD).exists(), "cdc sql may change the names: the next start asks again"
     as_csv = cdc("sql", "--catalog", catalog, "--format", "csv",
                  f"SELECT op, count(*) AS n FROM {database}.t_changelog GROUP BY op ORDER BY op")
     assert list(csv.reader(io.StringIO(as_csv.stdout))) == [["op", "n"], ["d", "5"], ["r", "20"], ["u", "1"]]
@@ -146,3 +155,51 @@ def test_a_names_location_comes_from_the_metastore_without_loading_the_delta_tab
         assert location(spark, "cat_db", "v") == ""  # a view: the name is taken, and has no files
     finally:
         spark.sql("DROP DATABASE cat_db CASCADE")
+
+
+def test_a_restart_whose_names_the_own_catalog_records_asks_the_metastore_nothing(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A local job's catalog is its own: the sink records what it registered there, and a restart
+    with the same names at the same locations skips the metastore (3 s of a 21 s restart here).
+    A name at another location, or a record that `cdc sql` deleted, is checked again."""
+    schemas = {TableId("rec_db", "t"): TableSchema(
+        TableId("rec_db", "t"), (Column("id", "int", "int", False, arrow=pa.int32()),), ("id",), "mysql")}
+    config = DeltaSinkConfig(path=str(tmp_path / "lake"))
+    catalog = tmp_path / "catalog"
+    (catalog / "metastore_db").mkdir(parents=True)  # where catalog_conf keeps the metastore
+    spark.conf.set(OWN_CATALOG, str(catalog))
+
+    def opened(config: DeltaSinkConfig) -> None:
+        sink = delta_sink.DeltaSink(config, "job", spark=spark)
+        try:
+            sink.open(schemas)
+        finally:
+            sink.close()
+
+    try:
+        opened(config)  # registers, and records
+        assert spark.catalog.tableExists("rec_db.t") and spark.catalog.tableExists("rec_db.t_changelog")
+        assert names_recorded(spark, config, schemas)
+
+        def no_metastore(*args: Any) -> None:
+            raise AssertionError("the metastore was asked for recorded names")
+
+        monkeypatch.setattr(delta_sink, "check_names", no_metastore)
+        opened(config)
+        monkeypatch.undo()
+
+        moved = DeltaSinkConfig(path=str(tmp_path / "other-lake"))
+        assert not names_recorded(spark, moved, schemas)
+        with pytest.raises(TableNameTaken):
+            opened(moved)
+        assert not (tmp_path / "other-lake").exists()
+
+        forget_names(catalog)
+        assert not names_recorded(spark, config, schemas)
+        spark.conf.unset(OWN_CATALOG)  # a shared catalog (spark-submit's) is asked every time
+        opened(config)
+        assert not (catalog / RECORD).exists()
+    finally:
+        spark.conf.unset(OWN_CATALOG)
+        spark.sql("DROP DATABASE IF EXISTS rec_db CASCADE")

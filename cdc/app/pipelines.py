@@ -48,9 +48,10 @@ from cdc.app.config import DEFAULT_SOURCE
 from cdc.model.config import SourceConfig, expand_env, parse_section
 from cdc.model.errors import CdcError, ConfigError
 from cdc.model.schema import TableId, TableSchema
+from cdc.model.spark_conf import SNAPSHOT_PARTITIONS
 from cdc.spark.jars import spark_jars
 from cdc.spark.layout import StreamLayout
-from cdc.spark.session import DELTA_CONF, SNAPSHOT_PARTITIONS, catalog_conf
+from cdc.spark.session import DELTA_CONF, catalog_conf
 from cdc.spark.source import SourceSpec, bound_source, table_schemas
 from sinks.delta.tables import PROP_KEY, PROP_KIND, PROP_SOURCE
 

@@ -3,7 +3,8 @@
 Opens a local Spark session on the job's catalog (``<state_dir>/catalog``, where ``python -m cdc
 run`` registered the mirrors and changelogs), runs the query and prints the result as a table,
 JSON lines or CSV. Runs on the driver; the job must not be running (the catalog's embedded Derby
-database serves one process at a time).
+database serves one process at a time). It deletes the job's record of the names it registered
+(``sinks.delta.catalog.RECORD``), as a query may change them.
 """
 
 from __future__ import annotations
@@ -30,10 +31,13 @@ def run_sql(catalog: str | Path, query: str, fmt: str = "table", spark: Any | No
         CdcError: there is no catalog in that folder yet, or the query failed.
     """
     from cdc.spark.session import local_session
+    from sinks.delta.catalog import forget_names
 
     if spark is None and not (Path(catalog) / "metastore_db").exists():
         raise CdcError(f"there is no catalog at {catalog} yet: run the job first (python -m cdc run --config "
                        "...); a job started by spark-submit registers its tables in that session's catalog")
+    if spark is None:  # the query may drop or create names: the job's next start asks the metastore again
+        forget_names(catalog)
     session = spark if spark is not None else local_session("spark-cdc-sql", parallelism=1, catalog_dir=catalog)
     # pyspark logs a failed query's whole JVM stack at ERROR; the one line below says it all
     logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from cdc.model.spark_conf import OWN_CATALOG, SNAPSHOT_PARTITIONS
 from cdc.spark.daemon import MODULES_ENV
 from cdc.spark.jars import spark_jars
 
@@ -25,12 +26,6 @@ DELTA_CONF = {
 }
 
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
-
-# Delta rebuilds a table's state (its files, deletion vectors, protocol) in 50 tasks by default,
-# the first time a session reads each table: `python -m cdc sql` counting a 15-row mirror ran 100
-# such tasks and took 20.5 s here, against 4.0 s with one task per local thread. A local session
-# has no more slots than its threads; a cluster's sessions (spark-submit) keep Delta's default.
-SNAPSHOT_PARTITIONS = "spark.databricks.delta.snapshotPartitions"
 
 # The executors' Python daemon imports the tasks' modules once, before it forks the workers
 # (cdc.spark.daemon): a worker then starts without 1-2 s of imports. Local sessions only: their
@@ -111,6 +106,7 @@ def catalog_conf(directory: str | Path) -> dict[str, str]:
         "spark.sql.warehouse.dir": str(path / "warehouse"),
         "spark.hadoop.datanucleus.schema.autoCreateAll": "true",
         "spark.hadoop.hive.metastore.schema.verification": "false",
+        OWN_CATALOG: str(path),
         JAVA_OPTIONS: f"-Dderby.system.home={path} -Dderby.stream.error.file={path / 'derby.log'}",
     }
 

@@ -40,7 +40,7 @@ from cdc.model.hooks import NO_HOOKS, Hooks
 from cdc.model.schema import TableId, TableSchema
 from sinks.base import Committed, SchemaStep, Sink, SinkWriter, TableBatch, staged_files
 from sinks.changes import changelog_schema, mirror_schema
-from sinks.delta.catalog import check_names, register_tables
+from sinks.delta.catalog import check_names, names_recorded, register_tables
 from sinks.delta.config import DeltaSinkConfig
 from sinks.delta.engines import DeltaTables
 from sinks.delta.evolve import current_schema, ensure_table, has_lineage
@@ -83,8 +83,13 @@ class DeltaSink(Sink):
         return DeltaFileWriter(self.delta)
 
     def open(self, schemas: dict[TableId, TableSchema]) -> None:
-        registered = check_names(self.spark, self.delta, schemas) \
-            if self.delta.register_tables and self.spark is not None else None  # taken elsewhere: refused, nothing written
+        registered = None
+        if self.delta.register_tables and self.spark is not None:
+            if names_recorded(self.spark, self.delta, schemas):
+                log.info("the mirrors and changelogs of %d table(s) are registered by name already (the catalog's "
+                         "record)", len(schemas))
+            else:  # a name taken elsewhere is refused here: nothing is written
+                registered = check_names(self.spark, self.delta, schemas)
         self.current = {t: self._recorded(s) for t, s in schemas.items()}
         for schema in self.current.values():  # the tables exist from the start, so names resolve
             self._ensure(schema)

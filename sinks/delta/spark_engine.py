@@ -33,6 +33,7 @@ import pyarrow as pa
 from deltalake import DeltaTable
 
 from cdc.model.schema import TableSchema
+from cdc.model.spark_conf import SNAPSHOT_PARTITIONS
 from sinks.changes import (
     DELETE_FLAG,
     changelog_schema,
@@ -92,7 +93,7 @@ class DeltaSparkWriter:
         # Delta replays a table's log in 50 partitions by default: 50 tasks per MERGE for a log
         # of a few files. One per task slot is enough; checkpoints keep the log short.
         slots = max(1, int(spark.sparkContext.defaultParallelism))
-        self._spark.conf.set("spark.databricks.delta.snapshotPartitions", str(slots))
+        self._spark.conf.set(SNAPSHOT_PARTITIONS, str(slots))
         self._schemas: dict[str, Any] = {}
         self._seen: dict[str, str] = {}  # each table's Delta schema when its Spark schema was read
         self._with_dv: set[str] = set()
