@@ -108,7 +108,7 @@ def pipeline_phase(spec: dict[str, Any]) -> dict[str, Any]:
     """
     import sinks.delta.sink
     from cdc.app.config import parse_config
-    from cdc.app.runner import JobRunner, job_modules, jvm_merges
+    from cdc.app.runner import JobRunner, catalog_dir, job_modules, jvm_merges
     from cdc.spark.commit import BatchCommitter
     from cdc.spark.session import fork_free_checkpoints, local_session
     from cdc.spark.source import SourceSpec, bound_source
@@ -117,8 +117,10 @@ def pipeline_phase(spec: dict[str, Any]) -> dict[str, Any]:
                            "sink": {"type": "delta", "path": spec["lake"], **spec.get("sink_options", {})},
                            "checkpoint": spec["checkpoint"], "state_dir": spec["state_dir"],
                            "parallelism": spec["parallelism"]}, warn_plain_password=False)
-    spark = local_session("spark-cdc-bench", parallelism=spec["parallelism"], light_jvm=not jvm_merges(config),
-                          preload=job_modules(config),
+    # as the job's session (cdc.app.runner.job_session): its catalog too, so a phase registers the
+    # tables by name as a job's first start does, and a catch-up finds them recorded as a restart does
+    spark = local_session("spark-cdc-bench", parallelism=spec["parallelism"], catalog_dir=catalog_dir(config),
+                          light_jvm=not jvm_merges(config), preload=job_modules(config),
                           **{"spark.sql.streaming.numRecentProgressUpdates": "1000"})  # as the job's session
     runner = JobRunner(config, spark)
     schemas = runner.check()
@@ -566,6 +568,14 @@ class ChildPhase:
 # --- parent: writes to the source, and when they became visible in Delta -------------------------
 
 MARKER_BASE = 1_000_000_000  # markers are MARKER_BASE + sequence number (TPC-DS values are < 3M)
+
+
+def copy_job(job: Path, copy: Path) -> Path:
+    """A copy of a finished job's checkpoint, state directory and lake, for another run from there,
+    without the job's catalog: its names belong to the original's lake, and the copy's run would be
+    refused them (sinks.delta.catalog). The copy registers its own names, as a job's first start does."""
+    shutil.copytree(job, copy, ignore=lambda folder, names: ["catalog"] if folder.endswith("_state") else [])
+    return copy
 
 
 def apply_burst(admin: Any, table: Any, updates: int, per_statement: int = 1000) -> tuple[int, float]:

@@ -67,6 +67,7 @@ import pyarrow.csv as pacsv
 from pipeline_bench import (
     ChildPhase,
     MarkerWriter,
+    copy_job,
     emit,
     stop_when_caught_up,
     visibility,
@@ -527,7 +528,7 @@ class Bench:
             if self.args.stream_paths:  # a second slot at the burst's start, for the read-path comparison
                 conn.execute("SELECT pg_create_logical_replication_slot('bench_paths', 'pgoutput')")
             if self.args.decoders:
-                shutil.copytree(job, twin)
+                copy_job(job, twin)
                 conn.execute("SELECT pg_copy_logical_replication_slot(%s, 'bench_rows')", (SLOT,))
         changed, seconds = apply_updates(self.table.box.admin, self.table, self.args.updates)
         self.facts["burst"] = {"updates": changed, "seconds": round(seconds, 2),

@@ -68,7 +68,14 @@ from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
-from pipeline_bench import ChildPhase, MarkerWriter, apply_burst, stop_when_caught_up, visibility
+from pipeline_bench import (
+    ChildPhase,
+    MarkerWriter,
+    apply_burst,
+    copy_job,
+    stop_when_caught_up,
+    visibility,
+)
 from select_readers import raw_scan, timed
 from tpcds import CustomerTable, Writer, customer_rows, customer_sandbox
 
@@ -271,7 +278,7 @@ class Bench:
         """A burst of updates, then one available-now run per ``source.max_batch_bytes`` in
         ``caps`` (default: the job's default), each from a copy of ``job`` made before the burst."""
         caps = caps or ["default"]
-        jobs = [job] + [_copy_job(job, f"{job.name}-cap{i}") for i in range(1, len(caps))]
+        jobs = [job] + [copy_job(job, job.with_name(f"{job.name}-cap{i}")) for i in range(1, len(caps))]
         start = self.binlog_position()
         changed, seconds = apply_burst(self.table.box.admin, self.table, self.args.burst)
         self.facts["burst"] = {"updates": changed, "seconds": round(seconds, 2),
@@ -339,13 +346,6 @@ class Bench:
               f"changelog p50 {lat['changelog_p50_s']}s p99 {lat['changelog_p99_s']}s; mirror p50 "
               f"{lat['mirror_p50_s']}s p99 {lat['mirror_p99_s']}s ({lat['mirror_merges']} MERGEs; "
               f"{lat['missing']} not visible)", flush=True)
-
-
-def _copy_job(job: Path, name: str) -> Path:
-    """A copy of a finished job's checkpoint, state directory and lake (another run from there)."""
-    copy = job.with_name(name)
-    shutil.copytree(job, copy)
-    return copy
 
 
 def _cap_label(cap: int | str | None) -> str:
