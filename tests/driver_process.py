@@ -25,8 +25,7 @@ from typing import Any
 
 from cdc.app.checkpoint import CheckpointFiles
 from cdc.app.config import parse_config
-from cdc.app.runner import JobRunner, job_modules
-from cdc.spark.session import local_session
+from cdc.app.runner import JobRunner, job_session
 
 TIMEOUT_S = 300.0  # the longest a step may take: a fresh driver starts slowly on 2 busy cores
 
@@ -62,7 +61,7 @@ def main(arg: str, pauses: str | None = None) -> None:
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("cdc").setLevel(logging.INFO)  # the job's own lines, for a failing test's message
     config = parse_config({**json.loads(arg), "trigger_interval": "200ms"}, warn_plain_password=False)
-    spark = local_session("spark-cdc-crash-driver", parallelism=2, preload=job_modules(config))  # as the job's
+    spark = job_session(config)  # the job's own: its catalog too, so a restart finds its names recorded
     print("started", flush=True)
     JobRunner(config, spark, hooks=PrintCommits(pauses)).run()
 

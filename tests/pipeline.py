@@ -67,10 +67,12 @@ class Pipeline:
         self.async_mirror = True
         self.engine = "delta-rs"  # the Delta engine (the job's default; test_pipeline runs both)
         self.deletion_vectors: bool | str = "auto"  # sink.deletion_vectors (the job's default; test_pipeline runs false too)
-        # Tables by name (sink.register_tables, on by default) make the driver's JVM load delta-spark and
-        # read each table's log at every start: about 7 s of CPU per run in a warm session here, 20 s
-        # in a fresh driver process. The exactly-once suites test the data, so they register only
-        # where delta-spark is loaded anyway (its engine); test_catalog and the CLI tests cover names.
+        # Tables by name (sink.register_tables, on by default) make a job's first start load delta-spark
+        # in the driver's JVM and read each table's log (about 7 s of CPU in a warm session here, 20 s
+        # in a fresh driver process); a driver process's restart finds them in its catalog's record and
+        # does neither (the test run's shared session has no catalog of its own, and asks every time).
+        # The exactly-once suites test the data, so they register only where delta-spark is loaded
+        # anyway (its engine); test_catalog and the CLI tests cover names.
         self.register_tables: bool | None = None  # None: with the delta-spark engine only
         # Compaction and VACUUM every few batches (the job's default is 100): the exactly-once suites,
         # crashes and SIGKILLs included, run with maintenance committing between the batches
