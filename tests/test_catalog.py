@@ -16,6 +16,8 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,7 @@ from cdc.app.sandbox.mysql import Sandbox
 from cdc.model.schema import Column, TableId, TableSchema
 from cdc.model.spark_conf import OWN_CATALOG
 from cdc.spark.jars import VersionMismatch, check_versions
+from sinks.delta import catalog as delta_catalog
 from sinks.delta import sink as delta_sink
 from sinks.delta.catalog import RECORD, TableNameTaken, forget_names, location, names_recorded
 from sinks.delta.config import DeltaSinkConfig
@@ -157,14 +160,18 @@ def test_a_names_location_comes_from_the_metastore_without_loading_the_delta_tab
         spark.sql("DROP DATABASE cat_db CASCADE")
 
 
+def one_table(db: str) -> dict[TableId, TableSchema]:
+    return {TableId(db, "t"): TableSchema(
+        TableId(db, "t"), (Column("id", "int", "int", False, arrow=pa.int32()),), ("id",), "mysql")}
+
+
 def test_a_restart_whose_names_the_own_catalog_records_asks_the_metastore_nothing(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A local job's catalog is its own: the sink records what it registered there, and a restart
     with the same names at the same locations skips the metastore (3 s of a 21 s restart here).
     A name at another location, or a record that `cdc sql` deleted, is checked again."""
-    schemas = {TableId("rec_db", "t"): TableSchema(
-        TableId("rec_db", "t"), (Column("id", "int", "int", False, arrow=pa.int32()),), ("id",), "mysql")}
+    schemas = one_table("rec_db")
     config = DeltaSinkConfig(path=str(tmp_path / "lake"))
     catalog = tmp_path / "catalog"
     (catalog / "metastore_db").mkdir(parents=True)  # where catalog_conf keeps the metastore
@@ -203,3 +210,47 @@ def test_a_restart_whose_names_the_own_catalog_records_asks_the_metastore_nothin
     finally:
         spark.conf.unset(OWN_CATALOG)
         spark.sql("DROP DATABASE IF EXISTS rec_db CASCADE")
+
+
+def test_names_are_registered_while_the_job_goes_on_and_a_failure_stops_its_next_commit(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing of the job reads the names, and each CREATE TABLE reads its table's log: the sink
+    registers them in the background once the check has passed, and waits for them at close."""
+    schemas, config = one_table("bg_db"), DeltaSinkConfig(path=str(tmp_path / "lake"))
+    started, release = threading.Event(), threading.Event()
+    register = delta_catalog.register_tables
+
+    def held(*args: Any) -> list[str]:
+        started.set()
+        release.wait(timeout=30)
+        return register(*args)
+
+    monkeypatch.setattr(delta_catalog, "register_tables", held)
+    sink = delta_sink.DeltaSink(config, "job", spark=spark)
+    try:
+        sink.open(schemas)  # returns while the names are still being registered
+        assert started.wait(timeout=60)
+        assert not spark.catalog.tableExists("bg_db.t")
+    finally:
+        release.set()
+        sink.close()  # waits for them
+    try:
+        assert spark.catalog.tableExists("bg_db.t") and spark.catalog.tableExists("bg_db.t_changelog")
+
+        def broken(*args: Any) -> list[str]:
+            raise RuntimeError("the metastore went away")
+
+        monkeypatch.setattr(delta_catalog, "register_tables", broken)
+        spark.sql("DROP DATABASE bg_db CASCADE")
+        sink = delta_sink.DeltaSink(config, "job", spark=spark)
+        sink.open(schemas)
+        assert sink.registration is not None
+        deadline = time.monotonic() + 60
+        while sink.registration.error is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with pytest.raises(RuntimeError, match="the metastore went away"):
+            sink.commit(0, [])  # before it writes anything of the batch
+        sink.close()  # raised once
+    finally:
+        spark.sql("DROP DATABASE IF EXISTS bg_db CASCADE")

@@ -6,6 +6,8 @@ an embedded Derby database under its state directory (``cdc.spark.session.catalo
 the names outlive the process; under spark-submit the tables go into the session's own catalog.
 
 A name that already belongs to a table at another location is an error: nothing is overwritten.
+The check runs before anything is written; the registering then runs in the background
+(:class:`Registration`), as nothing of the job reads the names.
 In a catalog that is the session's own (a local job's), the sink records the names it registered
 (:data:`RECORD`): a restart whose names are all recorded at their locations asks the metastore
 nothing, and so does not start it (3 s of a 21 s restart here). ``python -m cdc sql``, which may
@@ -20,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -169,3 +172,37 @@ def register_tables(spark: Any, config: DeltaSinkConfig, schemas: dict[TableId, 
     _remember(spark, locations)
     log.info("registered %d tables by name: %s", len(names), ", ".join(names))
     return names
+
+
+class Registration:
+    """:func:`register_tables` in a background thread (driver), started once :func:`check_names`
+    has passed and the tables exist: the job starts its query meanwhile. Nothing of the job reads
+    the names, and each ``CREATE TABLE`` reads its table's log (a job's first start here: two names,
+    4 s, before the snapshot could begin; a hundred tables, minutes). A failure is raised by
+    :meth:`raise_error` (the sink's next commit) or :meth:`close`.
+    """
+
+    def __init__(self, spark: Any, config: DeltaSinkConfig, schemas: dict[TableId, TableSchema],
+                 registered: set[str]) -> None:
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(spark, config, dict(schemas), registered),
+                                        name="register-tables", daemon=True)
+        self._thread.start()
+
+    def _run(self, spark: Any, config: DeltaSinkConfig, schemas: dict[TableId, TableSchema],
+             registered: set[str]) -> None:
+        try:
+            register_tables(spark, config, schemas, registered)
+        except BaseException as exc:  # raised in the job's thread (raise_error, close)
+            self.error = exc
+
+    def raise_error(self) -> None:
+        """Raise the registration's error, if it failed."""
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
+
+    def close(self) -> None:
+        """Wait until the names are registered; raise the registration's error, if it failed."""
+        self._thread.join()
+        self.raise_error()

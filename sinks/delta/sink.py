@@ -30,6 +30,7 @@ changelog row.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import replace
 from typing import Any, ClassVar
@@ -40,7 +41,7 @@ from cdc.model.hooks import NO_HOOKS, Hooks
 from cdc.model.schema import TableId, TableSchema
 from sinks.base import Committed, SchemaStep, Sink, SinkWriter, TableBatch, staged_files
 from sinks.changes import changelog_schema, mirror_schema
-from sinks.delta.catalog import check_names, names_recorded, register_tables
+from sinks.delta.catalog import Registration, check_names, names_recorded
 from sinks.delta.config import DeltaSinkConfig
 from sinks.delta.engines import DeltaTables
 from sinks.delta.evolve import current_schema, ensure_table, has_lineage
@@ -75,6 +76,7 @@ class DeltaSink(Sink):
         self.maintainer = Maintainer(self.tables, hooks, background=True)
         self.follower: MirrorFollower | None = None
         self.current: dict[TableId, TableSchema] = {}  # each table's sink schema (grows with DDL)
+        self.registration: Registration | None = None  # the tables' names, registered in the background
 
     def describe(self) -> str:
         return f"delta at {self.delta.path} ({self.tables.engine_name})"
@@ -94,11 +96,17 @@ class DeltaSink(Sink):
         for schema in self.current.values():  # the tables exist from the start, so names resolve
             self._ensure(schema)
             self.maintainer.prepare_mirror(schema.table_id)  # before any MERGE (a properties commit)
-        if registered is not None:
-            register_tables(self.spark, self.delta, schemas, registered)
+        if registered is not None:  # in the background: nothing of the job reads the names
+            self.registration = Registration(self.spark, self.delta, schemas, registered)
         if self.delta.async_mirror:
             self.follower = MirrorFollower(self.tables, self.current, hooks=self.hooks, maintainer=self.maintainer)
-            self.follower.recover()
+            try:
+                self.follower.recover()
+            except BaseException:  # no registration outlives a failed open (a retry registers again)
+                if self.registration is not None:
+                    with contextlib.suppress(BaseException):
+                        self.registration.close()
+                raise
 
     def _recorded(self, schema: TableSchema) -> TableSchema:
         """The sink schema the changelog has (its record, or the schema of a rewrite committed just
@@ -149,6 +157,8 @@ class DeltaSink(Sink):
 
     def commit(self, batch_id: int, tables: list[TableBatch]) -> list[Committed]:
         self.maintainer.raise_error()  # a changelog's maintenance failed in the background
+        if self.registration is not None:
+            self.registration.raise_error()  # so did registering the names: nothing of this batch is written
         drained = self.follower is None or any(t.snapshot for t in tables)
         if self.follower is not None and drained:
             self.follower.drain()  # the mirror takes every table's rows in batch order
@@ -191,7 +201,11 @@ class DeltaSink(Sink):
             if self.follower is not None:
                 self.follower.close()
         finally:
-            self.maintainer.close()
+            try:
+                self.maintainer.close()
+            finally:
+                if self.registration is not None:
+                    self.registration.close()
 
     def row_counts(self, schemas: dict[TableId, TableSchema]) -> dict[str, dict[str, int | None]]:
         def count(uri: str) -> int | None:
