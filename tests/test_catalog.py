@@ -254,3 +254,37 @@ def test_names_are_registered_while_the_job_goes_on_and_a_failure_stops_its_next
         sink.close()  # raised once
     finally:
         spark.sql("DROP DATABASE IF EXISTS bg_db CASCADE")
+
+
+def test_a_name_taken_while_the_sink_registers_in_the_background_is_refused(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two sinks of a job with the same names at two lakes: the second is checked while the first
+    still registers, so the check passes for both; whichever registers second is refused."""
+    schemas = one_table("race_db")
+    first, second = (DeltaSinkConfig(path=str(tmp_path / lake)) for lake in ("lake-a", "lake-b"))
+    entered, release = threading.Event(), threading.Event()
+    register = delta_catalog.register_tables
+
+    def held(*args: Any) -> list[str]:
+        entered.set()
+        release.wait(timeout=60)
+        return register(*args)
+
+    monkeypatch.setattr(delta_catalog, "register_tables", held)
+    held_sink = delta_sink.DeltaSink(first, "job", spark=spark)
+    try:
+        held_sink.open(schemas)  # checked; registers once released
+        assert entered.wait(timeout=60)
+        monkeypatch.setattr(delta_catalog, "register_tables", register)
+        other = delta_sink.DeltaSink(second, "job", spark=spark)
+        other.open(schemas)  # checked too: the first has registered nothing yet
+        other.close()
+        assert location(spark, "race_db", "t") == (tmp_path / "lake-b" / "race_db" / "t").as_uri().replace(
+            "file:///", "file:/")
+        release.set()
+        with pytest.raises(TableNameTaken, match=r"the catalog name race_db\.t already belongs"):
+            held_sink.close()
+    finally:
+        release.set()
+        spark.sql("DROP DATABASE IF EXISTS race_db CASCADE")

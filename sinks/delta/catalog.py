@@ -7,7 +7,9 @@ the names outlive the process; under spark-submit the tables go into the session
 
 A name that already belongs to a table at another location is an error: nothing is overwritten.
 The check runs before anything is written; the registering then runs in the background
-(:class:`Registration`), as nothing of the job reads the names.
+(:class:`Registration`), as nothing of the job reads the names, and asks once more before each
+``CREATE TABLE``.
+
 In a catalog that is the session's own (a local job's), the sink records the names it registered
 (:data:`RECORD`): a restart whose names are all recorded at their locations asks the metastore
 nothing, and so does not start it (3 s of a 21 s restart here). ``python -m cdc sql``, which may
@@ -118,13 +120,17 @@ def forget_names(catalog_dir: str | Path) -> None:
     (Path(catalog_dir) / RECORD).unlink(missing_ok=True)
 
 
+_RECORDING = threading.Lock()  # the registrations of a job's sinks run side by side
+
+
 def _remember(spark: Any, names: dict[str, str]) -> None:
     record = _record(spark)
     if record is None:
         return
-    temp = record.with_suffix(".tmp")
-    temp.write_text(json.dumps({**_recorded_names(record), **names}, indent=1, sort_keys=True))
-    os.replace(temp, record)  # whole or not at all, whenever the process dies
+    with _RECORDING:
+        temp = record.with_suffix(".tmp")
+        temp.write_text(json.dumps({**_recorded_names(record), **names}, indent=1, sort_keys=True))
+        os.replace(temp, record)  # whole or not at all, whenever the process dies
 
 
 def check_names(spark: Any, config: DeltaSinkConfig, schemas: dict[TableId, TableSchema]) -> set[str] | None:
@@ -143,30 +149,49 @@ def check_names(spark: Any, config: DeltaSinkConfig, schemas: dict[TableId, Tabl
         return None
     registered = set()
     for db, table, uri in _names(config, schemas):
-        existing = location(spark, db, table)
-        if existing is not None and not _same(existing, uri):
-            raise TableNameTaken(
-                f"the catalog name {db}.{table} already belongs to the table at {existing}, not {uri}: "
-                "drop it (DROP TABLE keeps a table's files only when it is external) or set "
-                "sink.catalog_prefix to register this job's tables under other names",
-                table=f"{db}.{table}", location=existing)
-        if existing is not None:
+        if _ours(spark, db, table, uri):
             registered.add(f"{db}.{table}")
     return registered
+
+
+def _ours(spark: Any, db: str, table: str, uri: str) -> bool:
+    """Whether ``db.table`` names the table at ``uri`` already (False: the name is free).
+
+    Raises:
+        TableNameTaken: it names another location.
+    """
+    existing = location(spark, db, table)
+    if existing is not None and not _same(existing, uri):
+        raise TableNameTaken(
+            f"the catalog name {db}.{table} already belongs to the table at {existing}, not {uri}: "
+            "drop it (DROP TABLE keeps a table's files only when it is external) or set "
+            "sink.catalog_prefix to register this job's tables under other names",
+            table=f"{db}.{table}", location=existing)
+    return existing is not None
 
 
 def register_tables(spark: Any, config: DeltaSinkConfig, schemas: dict[TableId, TableSchema],
                     registered: set[str]) -> list[str]:
     """Register every mirror and changelog of ``schemas`` (they must exist) but the names
-    :func:`check_names` found ``registered`` already; returns their names (driver)."""
+    :func:`check_names` found ``registered`` already; returns their names (driver).
+
+    Raises:
+        TableNameTaken: a name was taken by another location since the check.
+    """
     names, databases, locations = [], set(), {}
     for db, table, uri in _names(config, schemas):
         full = f"{_ident(db)}.{_ident(table)}"
         if db not in databases:
             spark.sql(f"CREATE DATABASE IF NOT EXISTS {_ident(db)}")
             databases.add(db)
-        if f"{db}.{table}" not in registered:
-            spark.sql(f"CREATE TABLE {full} USING DELTA LOCATION '{uri.replace(chr(39), chr(92) + chr(39))}'")
+        # asked again just before: another registration (a second sink of the job with the same
+        # names, checked while this one ran) may have taken the name since the check
+        if f"{db}.{table}" not in registered and not _ours(spark, db, table, uri):
+            try:
+                spark.sql(f"CREATE TABLE {full} USING DELTA LOCATION '{uri.replace(chr(39), chr(92) + chr(39))}'")
+            except Exception:
+                if not _ours(spark, db, table, uri):  # taken elsewhere meanwhile: TableNameTaken
+                    raise
         names.append(f"{db}.{table}")
         locations[f"{db}.{table}"] = uri
     _remember(spark, locations)
