@@ -212,28 +212,34 @@ def test_a_restart_whose_names_the_own_catalog_records_asks_the_metastore_nothin
         spark.sql("DROP DATABASE IF EXISTS rec_db CASCADE")
 
 
+class HeldRegistration:
+    """The sink's background registration, held at its start until :attr:`release` is set."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.entered, self.release = threading.Event(), threading.Event()
+        self.register = delta_catalog.register_tables
+        monkeypatch.setattr(delta_catalog, "register_tables", self.held)
+
+    def held(self, *args: Any) -> list[str]:
+        self.entered.set()
+        self.release.wait(timeout=60)
+        return self.register(*args)
+
+
 def test_names_are_registered_while_the_job_goes_on_and_a_failure_stops_its_next_commit(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Nothing of the job reads the names, and each CREATE TABLE reads its table's log: the sink
     registers them in the background once the check has passed, and waits for them at close."""
     schemas, config = one_table("bg_db"), DeltaSinkConfig(path=str(tmp_path / "lake"))
-    started, release = threading.Event(), threading.Event()
-    register = delta_catalog.register_tables
-
-    def held(*args: Any) -> list[str]:
-        started.set()
-        release.wait(timeout=30)
-        return register(*args)
-
-    monkeypatch.setattr(delta_catalog, "register_tables", held)
+    held = HeldRegistration(monkeypatch)
     sink = delta_sink.DeltaSink(config, "job", spark=spark)
     try:
         sink.open(schemas)  # returns while the names are still being registered
-        assert started.wait(timeout=60)
+        assert held.entered.wait(timeout=60)
         assert not spark.catalog.tableExists("bg_db.t")
     finally:
-        release.set()
+        held.release.set()
         sink.close()  # waits for them
     try:
         assert spark.catalog.tableExists("bg_db.t") and spark.catalog.tableExists("bg_db.t_changelog")
@@ -263,28 +269,20 @@ def test_a_name_taken_while_the_sink_registers_in_the_background_is_refused(
     still registers, so the check passes for both; whichever registers second is refused."""
     schemas = one_table("race_db")
     first, second = (DeltaSinkConfig(path=str(tmp_path / lake)) for lake in ("lake-a", "lake-b"))
-    entered, release = threading.Event(), threading.Event()
-    register = delta_catalog.register_tables
-
-    def held(*args: Any) -> list[str]:
-        entered.set()
-        release.wait(timeout=60)
-        return register(*args)
-
-    monkeypatch.setattr(delta_catalog, "register_tables", held)
+    held = HeldRegistration(monkeypatch)
     held_sink = delta_sink.DeltaSink(first, "job", spark=spark)
     try:
         held_sink.open(schemas)  # checked; registers once released
-        assert entered.wait(timeout=60)
-        monkeypatch.setattr(delta_catalog, "register_tables", register)
+        assert held.entered.wait(timeout=60)
+        monkeypatch.setattr(delta_catalog, "register_tables", held.register)
         other = delta_sink.DeltaSink(second, "job", spark=spark)
         other.open(schemas)  # checked too: the first has registered nothing yet
         other.close()
         assert location(spark, "race_db", "t") == (tmp_path / "lake-b" / "race_db" / "t").as_uri().replace(
             "file:///", "file:/")
-        release.set()
+        held.release.set()
         with pytest.raises(TableNameTaken, match=r"the catalog name race_db\.t already belongs"):
             held_sink.close()
     finally:
-        release.set()
+        held.release.set()
         spark.sql("DROP DATABASE IF EXISTS race_db CASCADE")
