@@ -133,10 +133,9 @@ def _remember(spark: Any, names: dict[str, str]) -> None:
         os.replace(temp, record)  # whole or not at all, whenever the process dies
 
 
-def check_names(spark: Any, config: DeltaSinkConfig, schemas: dict[TableId, TableSchema]) -> set[str] | None:
+def check_names(spark: Any, config: DeltaSinkConfig, schemas: dict[TableId, TableSchema]) -> bool:
     """Check that every name the sink would register is free or already this job's (driver, before
-    anything is written); the names (``db.table``) already this job's, for :func:`register_tables`.
-    None when the session cannot register tables at all.
+    anything is written). False when the session cannot register tables at all.
 
     Raises:
         TableNameTaken: a name already belongs to a table at another location.
@@ -146,12 +145,10 @@ def check_names(spark: Any, config: DeltaSinkConfig, schemas: dict[TableId, Tabl
                     "(they stay readable by path): build it with spark.sql.extensions="
                     "io.delta.sql.DeltaSparkSessionExtension and spark.sql.catalog.spark_catalog="
                     "org.apache.spark.sql.delta.catalog.DeltaCatalog (README, Run on a cluster)")
-        return None
-    registered = set()
+        return False
     for db, table, uri in _names(config, schemas):
-        if _ours(spark, db, table, uri):
-            registered.add(f"{db}.{table}")
-    return registered
+        _ours(spark, db, table, uri)
+    return True
 
 
 def _ours(spark: Any, db: str, table: str, uri: str) -> bool:
@@ -170,13 +167,12 @@ def _ours(spark: Any, db: str, table: str, uri: str) -> bool:
     return existing is not None
 
 
-def register_tables(spark: Any, config: DeltaSinkConfig, schemas: dict[TableId, TableSchema],
-                    registered: set[str]) -> list[str]:
-    """Register every mirror and changelog of ``schemas`` (they must exist) but the names
-    :func:`check_names` found ``registered`` already; returns their names (driver).
+def register_tables(spark: Any, config: DeltaSinkConfig, schemas: dict[TableId, TableSchema]) -> list[str]:
+    """Register every mirror and changelog of ``schemas`` (they must exist) that is not registered
+    yet; returns their names (driver).
 
     Raises:
-        TableNameTaken: a name was taken by another location since the check.
+        TableNameTaken: a name was taken by another location since :func:`check_names`.
     """
     names, databases, locations = [], set(), {}
     for db, table, uri in _names(config, schemas):
@@ -186,7 +182,7 @@ def register_tables(spark: Any, config: DeltaSinkConfig, schemas: dict[TableId, 
             databases.add(db)
         # asked again just before: another registration (a second sink of the job with the same
         # names, checked while this one ran) may have taken the name since the check
-        if f"{db}.{table}" not in registered and not _ours(spark, db, table, uri):
+        if not _ours(spark, db, table, uri):
             try:
                 spark.sql(f"CREATE TABLE {full} USING DELTA LOCATION '{uri.replace(chr(39), chr(92) + chr(39))}'")
             except Exception:
@@ -207,17 +203,15 @@ class Registration:
     :meth:`raise_error` (the sink's next commit) or :meth:`close`.
     """
 
-    def __init__(self, spark: Any, config: DeltaSinkConfig, schemas: dict[TableId, TableSchema],
-                 registered: set[str]) -> None:
+    def __init__(self, spark: Any, config: DeltaSinkConfig, schemas: dict[TableId, TableSchema]) -> None:
         self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(spark, config, dict(schemas), registered),
+        self._thread = threading.Thread(target=self._run, args=(spark, config, dict(schemas)),
                                         name="register-tables", daemon=True)
         self._thread.start()
 
-    def _run(self, spark: Any, config: DeltaSinkConfig, schemas: dict[TableId, TableSchema],
-             registered: set[str]) -> None:
+    def _run(self, spark: Any, config: DeltaSinkConfig, schemas: dict[TableId, TableSchema]) -> None:
         try:
-            register_tables(spark, config, schemas, registered)
+            register_tables(spark, config, schemas)
         except BaseException as exc:  # raised in the job's thread (raise_error, close)
             self.error = exc
 

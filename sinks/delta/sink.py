@@ -85,19 +85,19 @@ class DeltaSink(Sink):
         return DeltaFileWriter(self.delta)
 
     def open(self, schemas: dict[TableId, TableSchema]) -> None:
-        registered = None
+        register = False
         if self.delta.register_tables and self.spark is not None:
             if names_recorded(self.spark, self.delta, schemas):
                 log.info("the mirrors and changelogs of %d table(s) are registered by name already (the catalog's "
                          "record)", len(schemas))
             else:  # a name taken elsewhere is refused here: nothing is written
-                registered = check_names(self.spark, self.delta, schemas)
+                register = check_names(self.spark, self.delta, schemas)
         self.current = {t: self._recorded(s) for t, s in schemas.items()}
         for schema in self.current.values():  # the tables exist from the start, so names resolve
             self._ensure(schema)
             self.maintainer.prepare_mirror(schema.table_id)  # before any MERGE (a properties commit)
-        if registered is not None:  # in the background: nothing of the job reads the names
-            self.registration = Registration(self.spark, self.delta, schemas, registered)
+        if register:  # in the background: nothing of the job reads the names
+            self.registration = Registration(self.spark, self.delta, schemas)
         if self.delta.async_mirror:
             self.follower = MirrorFollower(self.tables, self.current, hooks=self.hooks, maintainer=self.maintainer)
             try:
