@@ -1,4 +1,5 @@
-"""Add compiled bytecode to the zips Spark's Python processes import PySpark from.
+"""Add compiled bytecode to the zips Spark's Python processes import PySpark from, and leave out
+PySpark's tests.
 
 Run: ``.venv/bin/python scripts/pyspark_bytecode.py [SPARK_HOME]`` (``scripts/setup.sh`` does, for
 the virtualenv's PySpark, after every install; default SPARK_HOME: the ``pyspark`` package).
@@ -15,8 +16,17 @@ the bytecode instead (zipimport's own search order).
 The bytecode is written hash-checked (PEP 552): the importer hashes the source in the zip and
 falls back to compiling it when they differ, and an interpreter of another version rejects the
 file by its magic number and compiles the source, as before. So a stale or foreign ``.pyc`` costs
-the speed-up and nothing else. The zip is rewritten next to itself and moved into place in one
-rename; a zip that already holds bytecode for this interpreter is left alone.
+the speed-up and nothing else.
+
+The rewrite also leaves out PySpark's own test modules (``*/tests/*``: 1,785 of pyspark.zip's 2,575
+entries with bytecode), which no Spark process imports. Each of those processes calls
+``importlib.invalidate_caches()`` once (``pyspark.worker_util.setup_spark_files``, when it first
+puts Spark's files folder on its path), and Python 3.11's zip importer then reads the zip's whole
+directory again, once for every package imported from it (15 in a task worker): 0.43 s of CPU per
+process with the tests in the zip, 0.11 s without them. The ``.py`` sources stay, for tracebacks.
+
+The zip is rewritten next to itself and moved into place in one rename; a zip that already holds
+bytecode for this interpreter and no test module is left alone.
 """
 
 from __future__ import annotations
@@ -31,6 +41,11 @@ from pathlib import Path
 MAGIC = importlib.util.MAGIC_NUMBER
 
 
+def is_test(name: str) -> bool:
+    """Whether the zip entry ``name`` lies in a ``tests`` package (``pyspark/sql/tests/x.py``)."""
+    return "tests" in name.split("/")[:-1]
+
+
 def has_bytecode(path: Path) -> bool:
     """Whether ``path`` already holds ``.pyc`` entries for this interpreter."""
     with zipfile.ZipFile(path) as z:
@@ -38,14 +53,22 @@ def has_bytecode(path: Path) -> bool:
         return bool(pycs) and z.read(pycs[0])[:4] == MAGIC
 
 
+def is_rewritten(path: Path) -> bool:
+    """Whether ``path`` holds bytecode for this interpreter and no test module (:func:`add_bytecode`)."""
+    with zipfile.ZipFile(path) as z:
+        tests = any(is_test(n) for n in z.namelist())
+    return not tests and has_bytecode(path)
+
+
 def add_bytecode(path: Path) -> int:
-    """Rewrite the zip at ``path`` with a hash-checked ``.pyc`` next to each ``.py``; the count."""
+    """Rewrite the zip at ``path`` with a hash-checked ``.pyc`` next to each ``.py`` and without
+    test modules; the count of modules compiled."""
     tmp = path.with_name(path.name + ".tmp")
     added = 0
     with zipfile.ZipFile(path) as src, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as dst:
         for info in src.infolist():
-            if info.filename.endswith(".pyc"):
-                continue  # another interpreter's bytecode: replaced below
+            if info.filename.endswith(".pyc") or is_test(info.filename):
+                continue  # another interpreter's bytecode (replaced below), or a test module
             data = src.read(info)
             dst.writestr(info, data)
             if not info.filename.endswith(".py"):
@@ -74,8 +97,8 @@ def main() -> None:
     if not zips:
         raise SystemExit(f"no {home}/python/lib/*.zip: is {home} a Spark home or the pyspark package?")
     for path in zips:
-        if has_bytecode(path):
-            print(f"pyspark-bytecode: {path.name} already has bytecode for this Python")
+        if is_rewritten(path):
+            print(f"pyspark-bytecode: {path.name} already has bytecode for this Python and no tests")
             continue
         try:
             added = add_bytecode(path)

@@ -5,7 +5,7 @@
 #                    libmariadb-dev, pkg-config and gcc to build the optional mysqlclient backend;
 #   Python:          a virtualenv in $VENV (default .venv) with the project and its extras;
 #   JVM jars:        scripts/jars.sh resolves jvm/*/pom.xml from Maven Central into jars/, once;
-#   start-up:        scripts/pyspark_bytecode.py compiles PySpark's zips (Spark's Python processes).
+#   start-up:        scripts/pyspark_bytecode.py compiles PySpark's zips and drops their tests.
 # Usage: scripts/setup.sh [--bench]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,6 +55,7 @@ echo "setup: installing spark-cdc[$EXTRAS] into $VENV"
 "$VENV/bin/python" -c 'import MySQLdb' 2>/dev/null || "$VENV/bin/python" -m pip install -q -e ".[mysqlclient]" \
   || echo "setup: WARNING: mysqlclient did not build (see above); its tests will be skipped" >&2
 # Spark's Python processes import PySpark from its zips, compiling it in each one: add bytecode
+# (and leave out the test modules, whose entries each process's zip importers read again)
 "$VENV/bin/python" scripts/pyspark_bytecode.py
 scripts/jars.sh "$VENV/bin/python"
 if (( want_bench )); then  # the Flink CDC and Debezium harnesses of benchmarks/peers.py (Maven Central, once)
