@@ -95,7 +95,7 @@ def peers_table(files: list[tuple[str, str]]) -> list[str]:
 TABLES: dict[str, tuple[Callable[[list[tuple[str, str]]], list[str]], list[tuple[str, str]]]] = {
     "tpcds": (tpcds_table, [("make bench-quick", "tpcds_customer-2026-11-28-sf10-quick.json"),
                             ("--scale 10 --quick", "tpcds_customer-2026-11-28-sf10-quick-ff3a456.json"),
-                            ("make bench", "tpcds_customer-2026-11-26-sf100.json"),
+                            ("make bench", "tpcds_customer-2026-11-28-sf100.json"),
                             ("--full", "tpcds_customer-2026-11-22-sf100-full.json"),
                             ("--burst 2000000", "tpcds_customer-2026-11-26-sf100-burst2000000.json")]),
     "peers": (peers_table, [("make bench-quick", "peers-2026-11-28-sf10-quick.json"),
