@@ -46,18 +46,21 @@ def is_test(name: str) -> bool:
     return "tests" in name.split("/")[:-1]
 
 
+def _has_bytecode(z: zipfile.ZipFile) -> bool:
+    pycs = [n for n in z.namelist() if n.endswith(".pyc")]
+    return bool(pycs) and z.read(pycs[0])[:4] == MAGIC
+
+
 def has_bytecode(path: Path) -> bool:
     """Whether ``path`` already holds ``.pyc`` entries for this interpreter."""
     with zipfile.ZipFile(path) as z:
-        pycs = [n for n in z.namelist() if n.endswith(".pyc")]
-        return bool(pycs) and z.read(pycs[0])[:4] == MAGIC
+        return _has_bytecode(z)
 
 
 def is_rewritten(path: Path) -> bool:
     """Whether ``path`` holds bytecode for this interpreter and no test module (:func:`add_bytecode`)."""
     with zipfile.ZipFile(path) as z:
-        tests = any(is_test(n) for n in z.namelist())
-    return not tests and has_bytecode(path)
+        return not any(is_test(n) for n in z.namelist()) and _has_bytecode(z)
 
 
 def add_bytecode(path: Path) -> int:

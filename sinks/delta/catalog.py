@@ -174,7 +174,7 @@ def register_tables(spark: Any, config: DeltaSinkConfig, schemas: dict[TableId, 
     Raises:
         TableNameTaken: a name was taken by another location since :func:`check_names`.
     """
-    names, databases, locations = [], set(), {}
+    databases, locations = set(), {}
     for db, table, uri in _names(config, schemas):
         full = f"{_ident(db)}.{_ident(table)}"
         if db not in databases:
@@ -188,9 +188,9 @@ def register_tables(spark: Any, config: DeltaSinkConfig, schemas: dict[TableId, 
             except Exception:
                 if not _ours(spark, db, table, uri):  # taken elsewhere meanwhile: TableNameTaken
                     raise
-        names.append(f"{db}.{table}")
         locations[f"{db}.{table}"] = uri
     _remember(spark, locations)
+    names = list(locations)
     log.info("registered %d tables by name: %s", len(names), ", ".join(names))
     return names
 
