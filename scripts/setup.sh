@@ -5,7 +5,8 @@
 #                    libmariadb-dev, pkg-config and gcc to build the optional mysqlclient backend;
 #   Python:          a virtualenv in $VENV (default .venv) with the project and its extras;
 #   JVM jars:        scripts/jars.sh resolves jvm/*/pom.xml from Maven Central into jars/, once;
-#   start-up:        scripts/pyspark_bytecode.py compiles PySpark's zips and drops their tests.
+#   start-up:        scripts/pyspark_bytecode.py compiles PySpark's zips and drops their tests;
+#                    the numba kernels that decode binlog rows are compiled into their cache.
 # Usage: scripts/setup.sh [--bench]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -57,6 +58,9 @@ echo "setup: installing spark-cdc[$EXTRAS] into $VENV"
 # Spark's Python processes import PySpark from its zips, compiling it in each one: add bytecode
 # (and leave out the test modules, whose entries each process's zip importers read again)
 "$VENV/bin/python" scripts/pyspark_bytecode.py
+# the kernels that decode binlog rows events, compiled into binlog/mysql/__pycache__ once here
+# (10-16 s) rather than by the first MySQL job's worker daemon, which loads them before it forks
+"$VENV/bin/python" -c 'from binlog.mysql import rows_kernels; rows_kernels.load()'
 scripts/jars.sh "$VENV/bin/python"
 if (( want_bench )); then  # the Flink CDC and Debezium harnesses of benchmarks/peers.py (Maven Central, once)
   "$VENV/bin/python" benchmarks/peers.py --build-only

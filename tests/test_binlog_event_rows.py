@@ -11,9 +11,11 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
+from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
+import numba
 import pymysql
 import pytest
 import test_types
@@ -21,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_binlog_mysql import TYPED_ROW, TYPED_UPDATE, TYPES_DDL, create_abc, run
 
+from binlog.mysql import rows_kernels
 from binlog.mysql.change_rows import event_rows_envelope
 from binlog.mysql.event_rows import EventRows
 from binlog.mysql.positions import BinlogOffset, byte_cuts
@@ -53,6 +56,31 @@ def assert_same_changes(r: MySqlBinlogReader, conn: Conn, start: BinlogOffset,
         assert new.to_pylist() == old.to_pylist()
         assert new.equals(old)
     return by_table
+
+
+def unlisted_signatures() -> dict[str, list[Any]]:
+    """Per kernel that Python calls (no leading ``_``), its compiled argument types that
+    ``rows_kernels.ENTRY_SIGNATURES`` does not list."""
+    kernels = {name: d for name, d in vars(rows_kernels).items()
+               if isinstance(d, numba.core.dispatcher.Dispatcher) and not name.startswith("_")}
+    return {name: [s for s in d.signatures if s not in rows_kernels.ENTRY_SIGNATURES.get(d, ())]
+            for name, d in kernels.items()}
+
+
+@pytest.fixture(autouse=True)
+def kernels_are_called_with_their_listed_types() -> Iterator[None]:
+    """The executors' daemon loads each kernel for the types ``ENTRY_SIGNATURES`` lists, before
+    it forks the workers (``rows_kernels.load``): decoding must call no kernel with other types,
+    which every worker would then load or compile for itself."""
+    yield
+    unlisted = unlisted_signatures()
+    assert not any(unlisted.values()), unlisted
+
+
+def test_loading_the_kernels_compiles_every_listed_signature() -> None:
+    rows_kernels.load()
+    for kernel, signatures in rows_kernels.ENTRY_SIGNATURES.items():
+        assert set(signatures) <= set(kernel.signatures), kernel.__name__
 
 
 def fallbacks(caplog: pytest.LogCaptureFixture) -> list[str]:

@@ -21,11 +21,14 @@ def _worker_state(_: Any) -> Any:
 
     with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
         parent = f.read().split(b"\0")
-    return [b.decode() for b in parent], [m for m in TASK_MODULES if m in sys.modules]
+    kernels = sys.modules.get("binlog.mysql.rows_kernels")  # loaded by the MySQL dialect's prepare_worker
+    ready = kernels is not None and all(set(signatures) <= set(kernel.signatures)
+                                        for kernel, signatures in kernels.ENTRY_SIGNATURES.items())
+    return [b.decode() for b in parent], [m for m in TASK_MODULES if m in sys.modules], ready
 
 
 def test_a_sessions_workers_are_forked_from_the_preloading_daemon(spark: Any) -> None:
-    (parent, loaded), = spark.sparkContext.parallelize([0], 1).map(_worker_state).collect()
+    (parent, loaded, _), = spark.sparkContext.parallelize([0], 1).map(_worker_state).collect()
     assert "cdc.spark.daemon" in parent, parent
     assert loaded == list(TASK_MODULES)
 
@@ -53,6 +56,12 @@ for i in range(6):
             write_deltalake(f"{d}/t", back)
             assert DeltaTable(f"{d}/t").to_pyarrow_table().num_rows == 200_000
             assert float(np.dot(back["v"].to_numpy(), back["v"].to_numpy())) > 0
+            from binlog.mysql import rows_kernels as k  # loaded by the daemon, and one new overload
+            raw = bytes(range(64))
+            starts = np.arange(i, 32, 4, dtype=np.int64)
+            want = [int.from_bytes(raw[s:s + 4], "little") for s in starts]
+            assert k.int_le(np.frombuffer(raw, np.uint8), starts, 4, False).tolist() == want
+            assert k.int_le(np.frombuffer(bytearray(raw), np.uint8), starts, 4, False).tolist() == want
             shutil.rmtree(d)
             os._exit(0)
         except BaseException as e:
@@ -64,9 +73,10 @@ print([os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) for p in children])
 
 
 def test_workers_forked_after_the_preload_use_arrow_delta_and_numpy() -> None:
-    """The preloaded libraries' threads (jemalloc's purgers, OpenBLAS's pool) survive a fork:
-    six forked children each run threaded Arrow, a delta-rs write and NumPy, and exit cleanly
-    (a deadlock would time out)."""
+    """The preloaded libraries' threads (jemalloc's purgers, OpenBLAS's pool) and the loaded
+    numba kernels survive a fork: six forked children each run threaded Arrow, a delta-rs write,
+    NumPy and a kernel (one overload of it new to the child), and exit cleanly (a deadlock
+    would time out)."""
     out = subprocess.run([sys.executable, "-c", FORKS], capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split("\n")[-2] == str([0] * 6), out.stdout + out.stderr[-3000:]
@@ -76,18 +86,19 @@ JOB_SESSION = """
 from cdc.spark.session import local_session
 from tests.test_daemon import _worker_state
 spark = local_session("t", parallelism=1, preload=("binlog.mysql.dialect", "sinks.delta.sink"))
-(parent, loaded), = spark.sparkContext.parallelize([0], 1).map(_worker_state).collect()
-print("cdc.spark.daemon" in parent, loaded)
+(parent, loaded, ready), = spark.sparkContext.parallelize([0], 1).map(_worker_state).collect()
+print("cdc.spark.daemon" in parent, loaded, ready)
 """
 
 
 def test_a_jobs_session_preloads_only_its_own_dialect_and_sinks() -> None:
     """A MySQL job into Delta (``preload`` of its session: :func:`cdc.app.runner.job_modules`):
-    its workers have the MySQL dialect and the Delta sink, and neither Postgres's nor Kafka's."""
+    its workers have the MySQL dialect, with its rows kernels loaded, and the Delta sink, and
+    neither Postgres's nor Kafka's."""
     out = subprocess.run([sys.executable, "-c", JOB_SESSION], capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stderr[-3000:]
     expected = [m for m in TASK_MODULES if m not in ("binlog.postgres.dialect", "sinks.kafka.sink")]
-    assert out.stdout.splitlines()[-1] == f"True {expected}", out.stdout + out.stderr[-3000:]
+    assert out.stdout.splitlines()[-1] == f"True {expected} True", out.stdout + out.stderr[-3000:]
 
 
 WARM_SESSION = """

@@ -80,6 +80,15 @@ SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
 STREAM_ROWS = 65_536  # binlog changes turned into change rows at a time
 
 
+def prepare_worker() -> None:
+    """Load the kernels that decode rows events (``rows_kernels.py``, numba): the executors'
+    Python daemon calls this before it forks the workers that read the binlog
+    (:mod:`cdc.spark.daemon`). The dialect itself imports numba only where rows are decoded."""
+    from binlog.mysql import rows_kernels
+
+    rows_kernels.load()
+
+
 class MySqlDialect(Dialect, SupportsSplitSlices, SupportsBatchCap, SupportsStatePruning, SupportsSchemaHistory,
                    MySqlSourceReport):
     """MySQL 5.7/8.x and MariaDB 10.5+: binlog positions, server ids, WEIGHT_STRING key order."""

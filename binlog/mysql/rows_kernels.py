@@ -425,3 +425,43 @@ def set_text(masks: Array, valid: Array, members: Array,
                 data[at:at + size] = members[member_offsets[b]:member_offsets[b + 1]]
                 at += size
     return offsets, data
+
+
+def _entry_signatures() -> dict[Any, tuple[tuple[Any, ...], ...]]:
+    from numba import types as nt
+
+    buf = nt.Array(nt.uint8, 1, "C", readonly=True)  # np.frombuffer over the event's bytes
+    i64 = nt.Array(nt.int64, 1, "C")
+    n = nt.int64
+    return {
+        locate: ((buf, i64, i64, i64, n),),
+        int_le: ((buf, i64, n, nt.boolean),),
+        gather_fixed: ((buf, i64, n),),
+        gather_var: ((buf, i64, i64, n, n),),
+        date32: ((buf, i64),),
+        datetime2: ((buf, i64, n),),
+        timestamp2: ((buf, i64, n),),
+        time2: ((buf, i64, n),),
+        decimal128: ((buf, i64, n, n),),
+        decimal_text: ((buf, i64, n, n),),
+        set_text: ((i64, nt.Array(nt.boolean, 1, "C"), buf, i64),),
+    }
+
+
+# The argument types with which ``rows_decode.py`` calls each kernel from Python (the kernels it
+# calls only from other kernels are compiled into those). ``tests/test_binlog_event_rows.py``
+# checks that decoding every column type calls none with other types.
+ENTRY_SIGNATURES = _entry_signatures()
+
+
+def load() -> None:
+    """Load every kernel for its :data:`ENTRY_SIGNATURES` from the disk cache, compiling what the
+    cache lacks (about 10 s for all of them in a fresh checkout, which ``make setup`` pays).
+
+    The executors' Python daemon calls it before it forks its workers
+    (``binlog.mysql.dialect.prepare_worker``): a worker forked afterwards calls the kernels at
+    once, where loading NumPy's and numba's first kernels itself took 0.7 CPU s.
+    """
+    for kernel, signatures in ENTRY_SIGNATURES.items():
+        for signature in signatures:
+            kernel.compile(signature)
