@@ -427,36 +427,31 @@ def set_text(masks: Array, valid: Array, members: Array,
     return offsets, data
 
 
-def _entry_signatures() -> dict[Any, tuple[tuple[Any, ...], ...]]:
-    from numba import types as nt
-
-    buf = nt.Array(nt.uint8, 1, "C", readonly=True)  # np.frombuffer over the event's bytes
-    i64 = nt.Array(nt.int64, 1, "C")
-    n = nt.int64
-    return {
-        locate: ((buf, i64, i64, i64, n),),
-        int_le: ((buf, i64, n, nt.boolean),),
-        gather_fixed: ((buf, i64, n),),
-        gather_var: ((buf, i64, i64, n, n),),
-        date32: ((buf, i64),),
-        datetime2: ((buf, i64, n),),
-        timestamp2: ((buf, i64, n),),
-        time2: ((buf, i64, n),),
-        decimal128: ((buf, i64, n, n),),
-        decimal_text: ((buf, i64, n, n),),
-        set_text: ((i64, nt.Array(nt.boolean, 1, "C"), buf, i64),),
-    }
-
+_BUF = numba.types.Array(numba.types.uint8, 1, "C", readonly=True)  # np.frombuffer over event bytes
+_INTS = numba.types.Array(numba.types.int64, 1, "C")
+_INT = numba.types.int64
 
 # The argument types with which ``rows_decode.py`` calls each kernel from Python (the kernels it
 # calls only from other kernels are compiled into those). ``tests/test_binlog_event_rows.py``
 # checks that decoding every column type calls none with other types.
-ENTRY_SIGNATURES = _entry_signatures()
+ENTRY_SIGNATURES: dict[Any, tuple[tuple[Any, ...], ...]] = {
+    locate: ((_BUF, _INTS, _INTS, _INTS, _INT),),
+    int_le: ((_BUF, _INTS, _INT, numba.types.boolean),),
+    gather_fixed: ((_BUF, _INTS, _INT),),
+    gather_var: ((_BUF, _INTS, _INTS, _INT, _INT),),
+    date32: ((_BUF, _INTS),),
+    datetime2: ((_BUF, _INTS, _INT),),
+    timestamp2: ((_BUF, _INTS, _INT),),
+    time2: ((_BUF, _INTS, _INT),),
+    decimal128: ((_BUF, _INTS, _INT, _INT),),
+    decimal_text: ((_BUF, _INTS, _INT, _INT),),
+    set_text: ((_INTS, numba.types.Array(numba.types.boolean, 1, "C"), _BUF, _INTS),),
+}
 
 
 def load() -> None:
     """Load every kernel for its :data:`ENTRY_SIGNATURES` from the disk cache, compiling what the
-    cache lacks (about 10 s for all of them in a fresh checkout, which ``make setup`` pays).
+    cache lacks (10-16 s for all of them in a fresh checkout, which ``make setup`` pays).
 
     The executors' Python daemon calls it before it forks its workers
     (``binlog.mysql.dialect.prepare_worker``): a worker forked afterwards calls the kernels at
