@@ -100,7 +100,7 @@ TABLES: dict[str, tuple[Callable[[list[tuple[str, str]]], list[str]], list[tuple
                             ("--burst 2000000", "tpcds_customer-2026-11-26-sf100-burst2000000.json")]),
     "peers": (peers_table, [("make bench-quick", "peers-2026-11-28-sf10-quick.json"),
                             ("--quick", "peers-2026-11-28-sf100-quick.json"),
-                            ("loaded run", "peers-2026-11-25-sf100.json")]),
+                            ("make bench", "peers-2026-11-28-sf100.json")]),
 }
 
 
