@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: setup demo test lint typecheck unit bench bench-quick clean
+.PHONY: setup demo test test-slow test-all lint typecheck unit bench bench-quick clean
 
 # A class-data-sharing archive of the Spark driver's classes, built once per install
 # (scripts/jvm_archive.py): a JVM start then skips loading and verifying Spark's classes (a session
@@ -34,10 +34,21 @@ TEST_JVM_OPTS ?= -XX:TieredStopAtLevel=1 -XX:+UseSerialGC
 $(JVM_ARCHIVE): $(STAMP) scripts/jvm_archive.py
 	SPARK_SUBMIT_OPTS="$(TEST_JVM_OPTS)" $(PY) scripts/jvm_archive.py $@
 
-test: setup lint typecheck
-	SPARK_SUBMIT_OPTS="$(TEST_JVM_OPTS) -XX:SharedArchiveFile=$(abspath $(JVM_ARCHIVE)) -Xlog:cds=off,cds+dynamic=off" \
+PYTEST = SPARK_SUBMIT_OPTS="$(TEST_JVM_OPTS) -XX:SharedArchiveFile=$(abspath $(JVM_ARCHIVE)) -Xlog:cds=off,cds+dynamic=off" \
 	  $(PY) -m pytest -v --durations=40 \
 	  $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist worksteal)
+
+# `make test` leaves out the cases marked `slow` (SIGKILL rounds, clusters, multi-run jobs), which
+# are most of the suite's time; `make test-slow` runs only them, and CI (.ci/run) runs both.
+# `make test-all` runs the whole suite in one pytest session.
+test: setup lint typecheck
+	$(PYTEST) -m "not slow"
+
+test-slow: setup
+	$(PYTEST) -m slow
+
+test-all: setup lint typecheck
+	$(PYTEST)
 
 lint: setup
 	$(VENV)/bin/ruff check .
