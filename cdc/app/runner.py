@@ -62,7 +62,7 @@ from cdc.model.schema import TableId, TableSchema
 from cdc.spark.commit import BatchCommitter, BatchRecord
 from cdc.spark.metrics import observed
 from cdc.spark.session import fork_free_checkpoints
-from cdc.spark.source import HOLD_FILE, SourceSpec, bound_source, table_schemas
+from cdc.spark.source import HOLD_FILE, SourceSpec, packed_job_source, table_schemas
 from cdc.spark.state import StateStore
 from cdc.spark.visibility import check_visible
 from sinks.base import Sink
@@ -359,7 +359,7 @@ class JobRunner:
         return sinks
 
     def _start(self, spark: Any, spec: SourceSpec, committer: BatchCommitter, once: bool) -> Any:
-        source = bound_source(spec)
+        source = packed_job_source(spec)
         spark.dataSource.register(source)
         fork_free_checkpoints(spark, self.paths.checkpoint)
         df = observed(spark.readStream.format(source.name()).load())

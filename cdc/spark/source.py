@@ -3,8 +3,9 @@
 Two ways in:
 
 * **The job** (cdc/app/runner.py) builds a typed :class:`SourceSpec` from the parsed YAML and
-  registers :func:`bound_source` of it: the spec, sinks' writers included, reaches the driver
-  planner and the executors as pickled objects. Nothing is parsed twice.
+  registers :func:`packed_job_source` of it: the spec, sinks' writers included, reaches the driver
+  planner and the executors as pickled objects. Nothing is parsed twice. (:func:`bound_source`
+  is the same source as a class that holds the spec itself, for callers that have no schemas.)
 * **A user's own query** registers :func:`data_source` and passes the ``source:`` keys as
   options (strings; ``tables`` a comma-separated or JSON list, ``chunk_key_columns`` and
   ``startup_offset`` JSON) plus ``state_dir`` and ``parallelism``::
@@ -54,6 +55,7 @@ from cdc.model.positions import Offset, min_offset
 from cdc.model.schema import TableId, TableSchema
 from cdc.spark.layout import StreamLayout
 from cdc.spark.offsets import Ranges, SourceOffset
+from cdc.spark.packed import packed_source
 from cdc.spark.planner import Planner, PlannerOptions
 from cdc.spark.state import StateStore
 from cdc.spark.tasks import (
@@ -192,6 +194,23 @@ def bound_source(spec: SourceSpec) -> type[CdcDataSource]:
     Python processes that plan and read the stream."""
     return type(f"Bound{spec.dialect.name.title()}CdcDataSource", (CdcDataSource,),
                 {"dialect_name": spec.dialect.name, "spec": spec})
+
+
+def packed_job_source(spec: SourceSpec) -> type[DataSource]:
+    """The data source a job registers (``spec.schemas`` known): a :mod:`cdc.spark.packed` class
+    carrying the stream's schema and ``spec`` as bytes, so that Spark's planner process that only
+    asks for the schema skips this module's imports; its stream reader is :func:`stream_reader`."""
+    if spec.schemas is None:
+        raise ValueError("packed_job_source needs the spec's schemas (the job's discovered tables)")
+    layout = StreamLayout(list(spec.schemas.values()), manifests=bool(spec.writers))
+    return packed_source(f"{spec.dialect.name}-cdc", layout.spark_schema(), stream_reader, spec)
+
+
+def stream_reader(spec: SourceSpec) -> CdcStreamReader:
+    """The stream reader of ``spec``, as :func:`bound_source`'s data source builds it."""
+    reader = bound_source(spec)({}).streamReader(None)
+    assert isinstance(reader, CdcStreamReader)
+    return reader
 
 
 class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
