@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: setup demo test test-slow test-all lint typecheck unit bench bench-quick clean
+.PHONY: setup demo test test-slow test-all lint typecheck bench bench-quick clean
 
 # A class-data-sharing archive of the Spark driver's classes, built once per install
 # (scripts/jvm_archive.py): a JVM start then skips loading and verifying Spark's classes (a session
