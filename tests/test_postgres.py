@@ -9,6 +9,7 @@ import datetime as dt
 from decimal import Decimal
 from typing import Any
 
+import psycopg
 import pyarrow as pa
 import pytest
 from postgres_server import pg_dialect
@@ -16,7 +17,7 @@ from postgres_server import pg_dialect
 from binlog.postgres.dialect import PostgresDialect
 from binlog.postgres.pgoutput import UNCHANGED, Begin, Commit, Relation, RowChange, decode
 from binlog.postgres.positions import LsnOffset
-from binlog.postgres.server import SlotInUse, borrowed, slot_info
+from binlog.postgres.server import SlotInUse, borrowed, copy_out, slot_info
 from cdc.app.sandbox.postgres import PostgresSandbox
 from cdc.model.errors import (
     AuthenticationFailed,
@@ -342,3 +343,27 @@ def test_chunk_reads_reuse_one_session_and_replace_a_dead_one(dialect: PostgresD
         conn.autocommit = False
         conn.execute("SELECT 1")  # a transaction left open
     assert backend() != third
+
+
+def test_copy_out_reads_every_byte_and_leaves_the_session_idle(dialect: PostgresDialect) -> None:
+    """A chunk's COPY read through libpq (:func:`copy_out`) gives the bytes psycopg's own COPY
+    iteration gives, long rows included; a COPY the server ends with an error, before or after
+    its first rows, raises psycopg's error class and leaves the session idle and usable."""
+    query = ("COPY (SELECT g, repeat(md5(g::text), CASE WHEN g % 1000 = 0 THEN 40000 ELSE 1 END), "
+             "CASE WHEN g % 7 = 0 THEN NULL ELSE 'a,\"b\"\n' || g END FROM generate_series(1, 30000) g) "
+             "TO STDOUT WITH (FORMAT csv)")
+    with borrowed(dialect.settings) as conn:
+        expected = bytearray()
+        with conn.cursor() as cur, cur.copy(query) as copy:
+            for data in copy:
+                expected += data
+        got = copy_out(conn, query)
+        assert len(got) > 38_000_000 and got == bytes(expected)
+
+        late = "COPY (SELECT CASE WHEN g < 20000 THEN g ELSE 1 / (g - g) END FROM generate_series(1, 30000) g) TO STDOUT"
+        for statement, error in ((late, psycopg.errors.DivisionByZero),
+                                 ("COPY (SELECT x FROM nope) TO STDOUT", psycopg.errors.UndefinedTable)):
+            with pytest.raises(error):
+                copy_out(conn, statement)
+            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            assert conn.execute("SELECT 42").fetchone() == (42,)

@@ -12,7 +12,6 @@ Chunk keys that are strings are compared in the ``"C"`` collation (byte order, w
 from __future__ import annotations
 
 import functools
-import io
 import logging
 import re
 from collections.abc import Callable, Sequence
@@ -34,6 +33,7 @@ from binlog.postgres.server import (
     check_role,
     check_tables,
     check_wal_level,
+    copy_out,
     ensure_publication,
     ensure_slot,
     first_commit_at_or_after,
@@ -262,11 +262,7 @@ def select_chunk(conn: Any, schema: TableSchema, split: SnapshotSplit) -> pa.Tab
     cols = ", ".join(quote_ident(c) for c in schema.column_names)
     query = (f"COPY (SELECT {cols} FROM {sql_table(schema.table_id)} WHERE "
              f"{range_predicate(conn, column, split.start, split.end)}) TO STDOUT WITH (FORMAT csv)")
-    buf = io.BytesIO()
-    with conn.cursor() as cur, cur.copy(query) as copy:
-        for data in copy:
-            buf.write(data)
-    data = buf.getvalue()
+    data = copy_out(conn, query)
     names = [f"c{i}" for i in range(len(schema.columns))]
     if not data:
         return texts_to_table([[] for _ in names], schema)

@@ -1,11 +1,13 @@
 """Server facts and start-up checks: connections, LSNs, the slot and the publication (driver,
-except :func:`borrowed`, :func:`flush_lsn`, :func:`wait_for_committing` and :func:`with_slot`,
-which executors use too)."""
+except :func:`borrowed`, :func:`copy_out`, :func:`flush_lsn`, :func:`wait_for_committing` and
+:func:`with_slot`, which executors use too)."""
 
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
+import select
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -190,6 +192,68 @@ def _tls_problem(text: str, s: PgSettings) -> str | None:
 
 def _scrub(text: str, password: str) -> str:
     return text.replace(password, "***") if password else text
+
+
+def copy_out(conn: Any, statement: str) -> bytes:
+    """All the data of one ``COPY ... TO STDOUT`` (executor: a chunk read).
+
+    Read through psycopg's libpq layer (``psycopg.pq``), one ``PQgetCopyData`` per row into one
+    buffer: psycopg's ``Copy`` iteration runs a Python generator and its wait loop per row,
+    which took 2.5x the CPU (243 against 96 ms for 131,072 rows of TPC-DS customer). The
+    connection must be idle (an autocommit one, as :func:`borrowed` lends); it is idle again
+    on return.
+
+    Raises:
+        psycopg.Error: the server refused or ended the COPY (the class psycopg raises for it:
+            ``InsufficientPrivilege``, ``QueryCanceled``, ...), or the connection broke.
+    """
+    pg = conn.pgconn
+    pg.send_query(statement.encode())
+    while pg.flush():  # a non-blocking connection (psycopg's): the statement may not be sent yet
+        readable, _, _ = select.select([pg.socket], [pg.socket], [])
+        if readable:
+            pg.consume_input()
+    started = _next_result(pg)
+    if started is None or started.status != psycopg.pq.ExecStatus.COPY_OUT:
+        _drain(pg)
+        raise _result_error(started, conn)
+    buf, get = io.BytesIO(), pg.get_copy_data
+    while True:
+        n, data = get(1)
+        if n > 0:
+            buf.write(data)
+        elif n == 0:  # nothing buffered: wait for the socket
+            _readable(pg)
+            pg.consume_input()
+        else:  # -1: the COPY's data has ended; its outcome follows
+            break
+    done = _next_result(pg)
+    _drain(pg)
+    if done is None or done.status != psycopg.pq.ExecStatus.COMMAND_OK:
+        raise _result_error(done, conn)
+    return buf.getvalue()
+
+
+def _readable(pg: Any) -> None:
+    select.select([pg.socket], [], [])
+
+
+def _next_result(pg: Any) -> Any:
+    while pg.is_busy():
+        _readable(pg)
+        pg.consume_input()
+    return pg.get_result()
+
+
+def _drain(pg: Any) -> None:
+    while _next_result(pg) is not None:
+        pass
+
+
+def _result_error(result: Any, conn: Any) -> psycopg.Error:
+    if result is None:
+        return psycopg.OperationalError(f"the server ended the COPY without a result: {conn.pgconn.error_message!r}")
+    return pgerrors.error_from_result(result, encoding=conn.info.encoding)
 
 
 def flush_lsn(conn: Any) -> LsnOffset:
