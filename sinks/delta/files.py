@@ -238,6 +238,9 @@ def write_file(uri: str, storage_options: dict[str, str], table: str, kind: Tabl
     )
 
 
+MIRROR_DICTIONARY_BYTES = 64 << 10
+
+
 def _parquet_options(kind: TableKind, schema: pa.Schema) -> dict[str, Any]:
     """Writer options per table kind.
 
@@ -245,10 +248,16 @@ def _parquet_options(kind: TableKind, schema: pa.Schema) -> dict[str, Any]:
     ``source`` strings (near-constant per chunk) and keep Parquet statistics for ``op`` and
     ``ts_ms``: 40% less write time than the defaults. File-level pruning uses the Delta
     statistics (:func:`file_stats`), which are computed for every eligible column either way.
-    The mirror keeps pyarrow's defaults.
+
+    The mirror's files dictionary-encode every column, with dictionaries of at most
+    :data:`MIRROR_DICTIONARY_BYTES`: a column with more distinct values falls back to plain
+    encoding there, instead of after pyarrow's default of 1 MiB. For 131,072 rows of TPC-DS
+    customer that wrote in 115 ms instead of 154 ms, a file of 7.2 MB instead of 8.0 MB
+    (faster and smaller at 8,192 and 32,768 rows too), and the executors' peak RSS in an SF100
+    snapshot fell by about 80 MB; the snapshot's time did not move beyond its run-to-run spread.
     """
     if kind != "changelog":
-        return {}
+        return {"dictionary_pagesize_limit": MIRROR_DICTIONARY_BYTES}
     source = schema.field("source").type
     strings = [f"source.{f.name}" for f in source if pa.types.is_string(f.type)]
     return {"use_dictionary": ["op", *strings], "write_statistics": ["op", "ts_ms"]}
