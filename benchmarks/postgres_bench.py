@@ -496,7 +496,8 @@ class Bench:
         c, t = self.table.box.cdc, self.table
         return {"type": "postgres", "hostname": c.host, "port": c.port, "username": c.user, "password": c.password,
                 "database": t.database, "tables": [f"{SCHEMA}\\.{TABLE}"], "chunk_size": self.args.chunk_size,
-                "chunks_per_batch": cpb, "slot_name": slot, "startup_mode": "initial"}
+                "chunks_per_batch": cpb, "slot_name": slot, "startup_mode": "initial",
+                **({"log_readers": self.args.log_readers} if self.args.log_readers else {})}
 
     def pipeline(self, slug: str, job: Path, p: int, cpb: int, trigger: str = "available-now",
                  slot: str = SLOT) -> ChildPhase:
@@ -644,6 +645,8 @@ def parse_args() -> argparse.Namespace:
                    "...-chunk-sizes.json)")
     p.add_argument("--chunks-per-batch", type=int, default=None,
                    help="chunks staged per micro-batch (default: the job's, 16 x parallelism)")
+    p.add_argument("--log-readers", type=int, default=None,
+                   help="source.log_readers of ours (default: the job's)")
     p.add_argument("--updates", type=int, default=UPDATES, help="row updates applied before the catch-up run")
     p.add_argument("--latency-rate", type=float, default=1000.0, help="single-row updates/s of the latency run")
     p.add_argument("--latency-seconds", type=float, default=30.0, help="how long the measured latency window is")
