@@ -55,6 +55,22 @@ def test_the_light_jvm_options_reach_the_driver_jvm(light: bool, catalog: bool, 
     assert (f"-Dderby.system.home={tmp_path / 'catalog'}" in args) == catalog, args
 
 
+def test_a_catalog_session_leaves_nothing_in_the_jvms_temp_folder(tmp_path: Path) -> None:
+    """Hive's per-session resources directory goes to the catalog's directory, not to a new
+    ``<uuid>_resources`` in the temp folder that outlives the process."""
+    temp, catalog = tmp_path / "tmp", tmp_path / "catalog"
+    temp.mkdir()
+    code = ("from cdc.spark.session import local_session\n"
+            f"s = local_session('t', parallelism=1, light_jvm=True, catalog_dir={str(catalog)!r})\n"
+            "s.sql('SHOW TABLES').collect()\n"
+            "s.stop()\n")
+    env = {**os.environ, "SPARK_SUBMIT_OPTS": f"-Djava.io.tmpdir={temp}"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert (catalog / "resources").is_dir()  # Hive did make its directory, and made it here
+    assert not list(temp.glob("*_resources")), list(temp.iterdir())
+
+
 def test_the_light_jvm_maps_the_environments_class_archive_when_there_is_one(tmp_path: Any) -> None:
     assert light_jvm_options(tmp_path) == LIGHT_JVM_OPTIONS
     (tmp_path / "spark-classes.jsa").write_bytes(b"")

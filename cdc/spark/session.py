@@ -98,10 +98,13 @@ def catalog_conf(directory: str | Path) -> dict[str, str]:
     registered there stay known by name after the process ends, for Spark SQL and `python -m cdc sql`.
 
     Derby serves one process at a time: a second session on the same directory waits, then fails.
+    Hive's session directory for downloaded resources is kept there too: by default each session
+    makes a ``<uuid>_resources`` directory in the JVM's temp folder, and Spark never removes it.
     """
     path = Path(directory).resolve()
     return {
         "spark.sql.catalogImplementation": "hive",
+        "spark.hadoop.hive.downloaded.resources.dir": str(path / "resources"),
         "spark.hadoop.javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={path / 'metastore_db'};create=true",
         "spark.sql.warehouse.dir": str(path / "warehouse"),
         "spark.hadoop.datanucleus.schema.autoCreateAll": "true",
