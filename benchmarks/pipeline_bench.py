@@ -425,6 +425,8 @@ class RssPeaks:
     mariadbd: float = 0.0  # the server's RSS, highest sample during the phase
     cpu: dict[int, tuple[str, float]] = field(default_factory=dict)  # pid -> role, CPU seconds so far
     server_cpu: list[float] = field(default_factory=list)  # the server's CPU seconds, first and last sample
+    server: str = "mariadbd"  # the server's name in cpu_seconds()
+    sampled: list[float] = field(default_factory=list)  # monotonic time of the first and last sample
 
     def sample(self, root: int, server_pid: int | None) -> None:
         import psutil  # type: ignore[import-untyped]
@@ -433,6 +435,8 @@ class RssPeaks:
             procs = [psutil.Process(root), *psutil.Process(root).children(recursive=True)]
         except psutil.NoSuchProcess:
             return
+        now = time.monotonic()
+        self.sampled = [self.sampled[0] if self.sampled else now, now]
         workers = tree = 0.0
         for proc in procs:
             with contextlib.suppress(psutil.Error):
@@ -448,8 +452,7 @@ class RssPeaks:
         if server_pid:
             self.mariadbd = max(self.mariadbd, _status_kib(server_pid, "VmRSS") / 1024)
             with contextlib.suppress(psutil.Error):
-                times = psutil.Process(server_pid).cpu_times()
-                now = times.user + times.system
+                now = _server_cpu(server_pid)
                 self.server_cpu = [self.server_cpu[0] if self.server_cpu else now, now]
 
     def to_dict(self) -> dict[str, float]:
@@ -466,8 +469,31 @@ class RssPeaks:
         for role, seconds in self.cpu.values():
             by_role[role] = by_role.get(role, 0.0) + seconds
         if self.server_cpu:
-            by_role["mariadbd"] = self.server_cpu[-1] - self.server_cpu[0]
+            by_role[self.server] = self.server_cpu[-1] - self.server_cpu[0]
         return {k: round(v, 1) for k, v in sorted(by_role.items(), key=lambda kv: -kv[1])}
+
+    def cpu_detail(self) -> dict[str, Any]:
+        """:meth:`cpu_seconds` as ``cpu_s``, and as ``cpu_wall_s`` the wall seconds they cover: the
+        child's whole life (its start-up and shut-down too), longer than the phase's measured
+        seconds."""
+        wall = round(self.sampled[-1] - self.sampled[0], 1) if self.sampled else 0.0
+        return {"cpu_s": self.cpu_seconds(), "cpu_wall_s": wall}
+
+
+def _server_cpu(pid: int) -> float:
+    """CPU seconds of the server and its processes: mariadbd is one process, but PostgreSQL
+    runs a process per connection, whose time passes to the postmaster's children's counters
+    when it ends."""
+    import psutil  # type: ignore[import-untyped]
+
+    server = psutil.Process(pid)
+    times = server.cpu_times()
+    seconds = times.user + times.system + times.children_user + times.children_system
+    for child in server.children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            t = child.cpu_times()
+            seconds += t.user + t.system
+    return seconds
 
 
 class PhaseFailed(RuntimeError):
@@ -495,10 +521,11 @@ class ChildPhase:
     Args:
         spec: the phase spec (``kind`` and its settings); sent on the child's stdin.
         log_path: where the child's stderr goes (Spark's log).
-        server_pid: the database server's pid, sampled too.
+        server_pid: the database server's pid, sampled too (with its child processes).
+        server: the server's name in the phase's CPU seconds.
     """
 
-    def __init__(self, spec: dict[str, Any], log_path: Path, server_pid: int | None) -> None:
+    def __init__(self, spec: dict[str, Any], log_path: Path, server_pid: int | None, server: str = "mariadbd") -> None:
         env = {**os.environ, "SPARK_CDC_SPARK_LOG_LEVEL": os.environ.get("SPARK_CDC_SPARK_LOG_LEVEL", "ERROR")}
         self.log_path = log_path
         self._log = open(log_path, "w")  # noqa: SIM115  (closed in wait)
@@ -508,7 +535,7 @@ class ChildPhase:
         self.proc.stdin.write(json.dumps(spec))
         self.proc.stdin.close()
         self.events: queue.Queue[dict[str, Any] | None] = queue.Queue()
-        self.rss, self.server_pid = RssPeaks(), server_pid
+        self.rss, self.server_pid = RssPeaks(server=server), server_pid
         self._done = threading.Event()
         threading.Thread(target=self._read, daemon=True).start()
         threading.Thread(target=self._sample, daemon=True).start()

@@ -74,10 +74,12 @@ from pipeline_bench import (
 )
 from tpcds import buffer_pool_mib
 from tpcds_customer import (
+    CORES,
     Line,
     _after_start_up,
     _median,
     _pipeline_detail,
+    check_tools,
     compare_chunk_sizes,
     load,
     parse_sizes,
@@ -372,7 +374,7 @@ def child_main() -> None:
 class PgChildPhase(ChildPhase):
     """:class:`ChildPhase` for the phases above: this file is the child (``--child``)."""
 
-    def __init__(self, spec: dict[str, Any], log_path: Path) -> None:
+    def __init__(self, spec: dict[str, Any], log_path: Path, server_pid: int | None = None) -> None:
         import queue
 
         from pipeline_bench import RssPeaks
@@ -386,13 +388,21 @@ class PgChildPhase(ChildPhase):
         self.proc.stdin.write(json.dumps(spec))
         self.proc.stdin.close()
         self.events: queue.Queue[dict[str, Any] | None] = queue.Queue()
-        self.rss, self.server_pid = RssPeaks(), None
+        self.rss, self.server_pid = RssPeaks(server="postgres"), server_pid
         self._done = threading.Event()
         threading.Thread(target=self._read, daemon=True).start()
         threading.Thread(target=self._sample, daemon=True).start()
 
 
 # --- parent side ---------------------------------------------------------------------------------
+
+
+def postmaster_pid(box: PostgresSandbox) -> int | None:
+    """The sandbox's postmaster (the first line of its ``postmaster.pid``), whose processes the
+    phases' CPU seconds count as ``postgres``."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        return int((box.root / "data" / "postmaster.pid").read_text().split()[0])
+    return None
 
 
 @contextlib.contextmanager
@@ -455,11 +465,16 @@ class Bench:
         self.table, self.args, self.work = table, args, work
         self.lines: list[Line] = []
         self.facts: dict[str, Any] = {}
+        self.server_pid = postmaster_pid(table.box)
 
     def add(self, line: Line) -> Line:
         self.lines.append(line)
         print(f"  {line.name:<44} {line.rows:>10,} rows {line.seconds:>7.2f}s {line.rate:>10,.0f}/s"
               f"  load {line.load}", flush=True)
+        if line.detail.get("cpu_s"):
+            print(f"    CPU s by process (of {CORES * line.detail['cpu_wall_s']:.0f} in the child's "
+                  f"{line.detail['cpu_wall_s']} s on {CORES} cores): "
+                  f"{', '.join(f'{k} {v}' for k, v in line.detail['cpu_s'].items())}", flush=True)
         return line
 
     def raw_scan(self, name: str) -> None:
@@ -487,10 +502,10 @@ class Bench:
                 "password": c.password, "lower": int(lo), "upper": int(hi), "parallelism": p,
                 "fetchsize": self.args.jdbc_fetchsize, "out": str(self.work / f"jdbc-p{p}")}
         started_load = load()
-        child = PgChildPhase(spec, self.work / f"jdbc-p{p}.log")
+        child = PgChildPhase(spec, self.work / f"jdbc-p{p}.log", self.server_pid)
         r = child.wait()
         self.add(Line(f"Spark JDBC peer p={p} (-> Parquet)", "peer", r["rows"], r["seconds"], started_load, p,
-                      child.rss.to_dict()))
+                      child.rss.to_dict(), child.rss.cpu_detail()))
 
     def source(self, cpb: int, slot: str = SLOT) -> dict[str, Any]:
         c, t = self.table.box.cdc, self.table
@@ -504,7 +519,7 @@ class Bench:
         spec = {"kind": "pipeline", "parallelism": p, "source": self.source(cpb, slot), "trigger": trigger,
                 "state_dir": str(job / "checkpoint_state"), "lake": str(job / "lake"),
                 "checkpoint": str(job / "checkpoint"), "query_id": job.name, "sink": "delta"}
-        return ChildPhase(spec, self.work / f"{slug}.log", None)
+        return ChildPhase(spec, self.work / f"{slug}.log", self.server_pid, server="postgres")
 
     def snapshot(self, p: int, cpb: int) -> Path:
         job = self.work / f"ours-p{p}"
@@ -513,7 +528,7 @@ class Bench:
         mirror = read_table(str(job / "lake" / SCHEMA / TABLE)).num_rows  # deletion vectors applied
         detail = _pipeline_detail(r)
         detail.update(mirror_rows=mirror, mirror_ok=mirror == self.table.rows, chunks_per_batch=cpb,
-                      **_after_start_up(r, r["snapshot_rows"]))
+                      **child.rss.cpu_detail(), **_after_start_up(r, r["snapshot_rows"]))
         self.add(Line(f"ours p={p}, {cpb} chunks/batch", "ours", r["snapshot_rows"], r["seconds"],
                       started_load, p, child.rss.to_dict(), detail))
         return job
@@ -542,7 +557,7 @@ class Bench:
             r = child.wait()
             detail = _pipeline_detail(r)
             detail.update(expected_changes=changed, changes_ok=r["change_rows"] == changed,
-                          mirror_drain_s=r.get("drain_s"), decoder=decoder)
+                          mirror_drain_s=r.get("drain_s"), decoder=decoder, **child.rss.cpu_detail())
             label = f", {decoder} decoder" if self.args.decoders else ""
             self.add(Line(f"stream catch-up p={p} ({changed:,} updates{label})", "catch-up", r["change_rows"],
                           r["seconds"], started_load, p, child.rss.to_dict(), detail))
@@ -669,6 +684,7 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
+    check_tools()
     print(f"TPC-DS customer in PostgreSQL, scale {args.scale} (~{customer_rows(args.scale):,} rows); "
           f"load average {os.getloadavg()}", flush=True)
     work = Path(tempfile.mkdtemp(prefix="spark-cdc-bench-pg-"))

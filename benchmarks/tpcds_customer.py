@@ -231,7 +231,7 @@ class Bench:
             f", {SKIP}" if backfill_skip else "")
         detail = _pipeline_detail(r)
         detail.update(mirror_rows=mirror, mirror_ok=mirror == self.table.rows, chunks_per_batch=cpb,
-                      cpu_s=child.rss.cpu_seconds(), **_after_start_up(r, r["snapshot_rows"]))
+                      **child.rss.cpu_detail(), **_after_start_up(r, r["snapshot_rows"]))
         if writer is not None:
             detail["writes"] = {"updates": writer.updates, "seconds": round(writer.seconds, 1),
                                 "error": writer.error}
@@ -291,7 +291,7 @@ class Bench:
             r = child.wait()
             detail = _pipeline_detail(r)
             detail.update(expected_changes=changed, changes_ok=r["change_rows"] == changed,
-                          mirror_drain_s=r.get("drain_s"), max_batch_bytes=cap, cpu_s=child.rss.cpu_seconds())
+                          mirror_drain_s=r.get("drain_s"), max_batch_bytes=cap, **child.rss.cpu_detail())
             name = f"binlog catch-up p={p} ({changed:,} updates)" if cap == "default" else \
                 f"catch-up p={p}, {changed:,} updates{_cap_label(cap)}"  # fits the table's column
             self.add(Line(name, "catch-up",
@@ -474,7 +474,8 @@ def explain(lines: list[Line], facts: dict[str, Any]) -> list[str]:
                    + (f" -> {ln.detail['rate_after_start_up']:,} rows/s without it"
                       if "rate_after_start_up" in ln.detail else "")
                    + (f"; driver: {', '.join(f'{k} {v}s' for k, v in drv.items())}" if drv else "")
-                   + (f"; CPU s by process (of {CORES * ln.seconds:.0f} on {CORES} cores): "
+                   + (f"; CPU s by process (of {CORES * ln.detail.get('cpu_wall_s', ln.seconds):.0f} in the "
+                      f"child's {ln.detail.get('cpu_wall_s', ln.seconds)} s on {CORES} cores): "
                       f"{', '.join(f'{k} {v}' for k, v in ln.detail['cpu_s'].items())}"
                       if ln.detail.get("cpu_s") else ""))
     model = batch_model(lines)
@@ -543,7 +544,7 @@ def table_text(lines: list[Line]) -> str:
     refs = ratios(lines)
     head = (f"{'measurement':<44} {'rows':>10} {'s':>7} {'rows/s':>9} {'/limit':>6} {'/single':>7} "
             f"{'/JDBC':>6} {'driver':>6} {'planner':>7} {'JVM':>5} {'worker':>6} {'workers':>7} "
-            f"{'mysqld':>6} {'load':>5}")
+            f"{'server':>6} {'load':>5}")
     out = [head, "-" * len(head)]
     for ln in lines:
         jdbc = refs.get(f"jdbc{ln.parallelism}") or refs.get("jdbc2")
@@ -558,7 +559,8 @@ def table_text(lines: list[Line]) -> str:
 
 # The peak RSS columns (MiB, VmHWM; pipeline_bench.RssPeaks): the driver's Python process (it
 # commits the batches), the stream reader's planning process, the JVM (Spark's driver and
-# executors in local mode), the largest Python worker (executor tasks), all workers at one moment.
+# executors in local mode), the largest Python worker (executor tasks), all workers at one moment,
+# the database server (mariadbd; PostgreSQL's postmaster, whose per-connection processes it leaves out).
 RSS_COLUMNS = ("driver", "source planner", "jvm", "python workers", "workers_total", "mariadbd")
 
 
