@@ -88,10 +88,11 @@ def test_snapshot_with_concurrent_writers_is_exact(async_mirror: bool, pipeline:
         "committed batches released the slot"
 
 
-def test_two_log_readers_take_turns_on_the_slot(pipeline: PgPipeline, pg_admin: Any) -> None:
-    """Chunk emits and the stream read the log in parallel tasks: PostgreSQL serves the slot to
-    one session at a time, so they take turns; the result is still exact."""
-    pipeline.source["log_readers"] = 2
+def test_one_log_reader_emits_every_chunk_in_the_stream_task(pipeline: PgPipeline, pg_admin: Any) -> None:
+    """With ``log_readers: 1`` no two tasks of a batch read the slot: the stream task emits the
+    chunks itself. (The other tests run the default, where emit tasks and the stream take turns
+    on the slot.)"""
+    pipeline.source["log_readers"] = 1
     create_table(pg_admin)
     writer = PgRandomWriter(pipeline, "t", seed=17, pause_s=PACE_S)
     with writing(writer):  # type: ignore[arg-type]

@@ -42,8 +42,9 @@ class PostgresSourceConfig(SourceConfig):
                                   "reads and advances; created when missing; default `spark_cdc_<database>`")
     publication_name: str = Field(default="spark_cdc", description="the publication naming the captured "
                                   "tables; created (FOR TABLE ...) when missing, if the role may")
-    log_readers: int = Field(default=1, ge=1, le=16, description="log readers of one batch (the stream task "
-                             "plus chunk emits); they take turns on the slot, which serves one session at a time")
+    log_readers: int = Field(default=5, ge=1, le=16, description="log readers of one batch: the stream task "
+                             "and up to `parallelism` tasks of chunk emits (1: the stream task emits every "
+                             "chunk itself); they take turns on the slot, which serves one session at a time")
     slot_wait_s: float = Field(default=120.0, gt=0, description="how long a reader waits for the slot while "
                                "another session of this job uses it")
     snapshot_wait_s: float = Field(default=300.0, gt=0, description="how long a chunk read waits for the "
