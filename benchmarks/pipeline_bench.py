@@ -523,13 +523,15 @@ class ChildPhase:
         log_path: where the child's stderr goes (Spark's log).
         server_pid: the database server's pid, sampled too (with its child processes).
         server: the server's name in the phase's CPU seconds.
+        command: the child (default: this file, whose ``__main__`` runs pipeline phases).
     """
 
-    def __init__(self, spec: dict[str, Any], log_path: Path, server_pid: int | None, server: str = "mariadbd") -> None:
+    def __init__(self, spec: dict[str, Any], log_path: Path, server_pid: int | None, server: str = "mariadbd",
+                 command: list[str] | None = None) -> None:
         env = {**os.environ, "SPARK_CDC_SPARK_LOG_LEVEL": os.environ.get("SPARK_CDC_SPARK_LOG_LEVEL", "ERROR")}
         self.log_path = log_path
         self._log = open(log_path, "w")  # noqa: SIM115  (closed in wait)
-        self.proc = subprocess.Popen(_profiled([sys.executable, __file__], log_path), stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen(_profiled(command or [sys.executable, __file__], log_path), stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self._log, text=True, env=env)
         assert self.proc.stdin is not None
         self.proc.stdin.write(json.dumps(spec))

@@ -375,23 +375,7 @@ class PgChildPhase(ChildPhase):
     """:class:`ChildPhase` for the phases above: this file is the child (``--child``)."""
 
     def __init__(self, spec: dict[str, Any], log_path: Path, server_pid: int | None = None) -> None:
-        import queue
-
-        from pipeline_bench import RssPeaks
-
-        self.log_path = log_path
-        self._log = open(log_path, "w")  # noqa: SIM115  (closed in wait)
-        env = {**os.environ, "SPARK_CDC_SPARK_LOG_LEVEL": os.environ.get("SPARK_CDC_SPARK_LOG_LEVEL", "ERROR")}
-        self.proc = subprocess.Popen([sys.executable, __file__, "--child"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self._log, text=True, env=env)
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(spec))
-        self.proc.stdin.close()
-        self.events: queue.Queue[dict[str, Any] | None] = queue.Queue()
-        self.rss, self.server_pid = RssPeaks(server="postgres"), server_pid
-        self._done = threading.Event()
-        threading.Thread(target=self._read, daemon=True).start()
-        threading.Thread(target=self._sample, daemon=True).start()
+        super().__init__(spec, log_path, server_pid, "postgres", [sys.executable, __file__, "--child"])
 
 
 # --- parent side ---------------------------------------------------------------------------------
