@@ -51,6 +51,7 @@ import datetime as dt
 import io
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -72,7 +73,7 @@ from pipeline_bench import (
     stop_when_caught_up,
     visibility,
 )
-from tpcds import buffer_pool_mib
+from tpcds import Writer, buffer_pool_mib
 from tpcds_customer import (
     CORES,
     Line,
@@ -420,6 +421,22 @@ def apply_updates(admin: PgEndpoint, t: PgCustomer, updates: int, per_statement:
     return changed, time.perf_counter() - started
 
 
+class PgWriter(Writer):
+    """:class:`tpcds.Writer`'s random single-row updates, in PostgreSQL's SQL."""
+
+    def _write(self, started: float) -> None:
+        sql = (f'UPDATE {SCHEMA}.{TABLE} SET "c_last_review_date_sk" = COALESCE("c_last_review_date_sk", 0) + 1 '
+               f'WHERE "{KEY}" = %s')
+        rng = random.Random(42)
+        with contextlib.closing(self.admin.connect(self.table.database)) as conn:
+            while not self.stopping.is_set() and time.perf_counter() - started < self.limit:
+                conn.execute(sql, (rng.randint(1, self.table.rows),))
+                self.updates += 1
+                pause = started + self.updates / self.rate - time.perf_counter()
+                if pause > 0:
+                    self.stopping.wait(pause)
+
+
 class PgMarkerWriter(MarkerWriter):
     """:class:`MarkerWriter`'s timed single-row updates, in PostgreSQL's SQL."""
 
@@ -506,15 +523,28 @@ class Bench:
         return ChildPhase(spec, self.work / f"{slug}.log", self.server_pid, server="postgres")
 
     def snapshot(self, p: int, cpb: int) -> Path:
-        job = self.work / f"ours-p{p}"
+        """One available-now run from nothing; ``--write-rate`` updates rows while it runs."""
+        job, rate = self.work / f"ours-p{p}", self.args.write_rate
+        writer = PgWriter(self.table.box.admin, self.table, rate) if rate else None
         started_load, child = load(), self.pipeline(f"ours-p{p}", job, p, cpb)
-        r = child.wait()
+
+        def on_event(event: dict[str, Any]) -> None:
+            if event["event"] == "ready" and writer is not None:
+                writer.start()
+
+        try:
+            r = child.wait(on_event)
+        finally:
+            if writer is not None and writer.is_alive():
+                writer.stop()
         mirror = read_table(str(job / "lake" / SCHEMA / TABLE)).num_rows  # deletion vectors applied
         detail = _pipeline_detail(r)
         detail.update(mirror_rows=mirror, mirror_ok=mirror == self.table.rows, chunks_per_batch=cpb,
                       **child.rss.cpu_detail(), **_after_start_up(r, r["snapshot_rows"]))
-        self.add(Line(f"ours p={p}, {cpb} chunks/batch", "ours", r["snapshot_rows"], r["seconds"],
-                      started_load, p, child.rss.to_dict(), detail))
+        if writer is not None:
+            detail["writes"] = {"updates": writer.updates, "seconds": round(writer.seconds, 1), "error": writer.error}
+        self.add(Line(f"ours p={p}, {cpb} chunks/batch" + (f", {rate:g} upd/s" if rate else ""), "ours",
+                      r["snapshot_rows"], r["seconds"], started_load, p, child.rss.to_dict(), detail))
         return job
 
     def lsn(self) -> str:
@@ -646,6 +676,9 @@ def parse_args() -> argparse.Namespace:
                    help="chunks staged per micro-batch (default: the job's, 16 x parallelism)")
     p.add_argument("--log-readers", type=int, default=None,
                    help="source.log_readers of ours (default: the job's)")
+    p.add_argument("--write-rate", type=float, default=0.0,
+                   help="single-row updates/s while ours snapshots (only with --chunk-sizes: the catch-up "
+                        "phase counts the changes it expects)")
     p.add_argument("--updates", type=int, default=UPDATES, help="row updates applied before the catch-up run")
     p.add_argument("--latency-rate", type=float, default=1000.0, help="single-row updates/s of the latency run")
     p.add_argument("--latency-seconds", type=float, default=30.0, help="how long the measured latency window is")
@@ -659,6 +692,8 @@ def parse_args() -> argparse.Namespace:
                    "(implies --stream-paths)")
     p.add_argument("--keep", action="store_true", help="keep the work directory (lakes, checkpoints, logs)")
     args = p.parse_args()
+    if args.write_rate and not args.chunk_sizes:
+        p.error("--write-rate needs --chunk-sizes (the catch-up phase counts the changes it expects)")
     args.stream_paths = args.stream_paths or args.decoders
     if args.quick:
         args.updates = min(args.updates, 100_000)
