@@ -51,7 +51,6 @@ import datetime as dt
 import io
 import json
 import os
-import random
 import shutil
 import subprocess
 import sys
@@ -86,6 +85,7 @@ from tpcds_customer import (
     parse_sizes,
     table_text,
     verdict,
+    wait_writing,
     write_chunk_sizes,
 )
 
@@ -424,17 +424,9 @@ def apply_updates(admin: PgEndpoint, t: PgCustomer, updates: int, per_statement:
 class PgWriter(Writer):
     """:class:`tpcds.Writer`'s random single-row updates, in PostgreSQL's SQL."""
 
-    def _write(self, started: float) -> None:
-        sql = (f'UPDATE {SCHEMA}.{TABLE} SET "c_last_review_date_sk" = COALESCE("c_last_review_date_sk", 0) + 1 '
-               f'WHERE "{KEY}" = %s')
-        rng = random.Random(42)
-        with contextlib.closing(self.admin.connect(self.table.database)) as conn:
-            while not self.stopping.is_set() and time.perf_counter() - started < self.limit:
-                conn.execute(sql, (rng.randint(1, self.table.rows),))
-                self.updates += 1
-                pause = started + self.updates / self.rate - time.perf_counter()
-                if pause > 0:
-                    self.stopping.wait(pause)
+    def _sql(self) -> str:
+        return (f'UPDATE {SCHEMA}.{TABLE} SET "c_last_review_date_sk" = COALESCE("c_last_review_date_sk", 0) + 1 '
+                f'WHERE "{KEY}" = %s')
 
 
 class PgMarkerWriter(MarkerWriter):
@@ -528,15 +520,7 @@ class Bench:
         writer = PgWriter(self.table.box.admin, self.table, rate) if rate else None
         started_load, child = load(), self.pipeline(f"ours-p{p}", job, p, cpb)
 
-        def on_event(event: dict[str, Any]) -> None:
-            if event["event"] == "ready" and writer is not None:
-                writer.start()
-
-        try:
-            r = child.wait(on_event)
-        finally:
-            if writer is not None and writer.is_alive():
-                writer.stop()
+        r = wait_writing(child, writer)
         mirror = read_table(str(job / "lake" / SCHEMA / TABLE)).num_rows  # deletion vectors applied
         detail = _pipeline_detail(r)
         detail.update(mirror_rows=mirror, mirror_ok=mirror == self.table.rows, chunks_per_batch=cpb,

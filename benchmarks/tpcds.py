@@ -15,8 +15,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from binlog.mysql.connection import Endpoint
 from binlog.mysql.types import quote_ident
 from cdc.app.sandbox.mysql import MariaDbSandbox, Sandbox
 from cdc.app.tpcds import (  # noqa: F401  (re-exported for the benchmark scripts)
@@ -104,9 +104,12 @@ def customer_sandbox(scale: int) -> Iterator[CustomerTable]:
 
 
 class Writer(threading.Thread):
-    """Random single-row UPDATEs at about ``rate`` per second until stopped (or ``limit`` s)."""
+    """Random single-row UPDATEs at about ``rate`` per second until stopped (or ``limit`` s).
 
-    def __init__(self, admin: Endpoint, table: CustomerTable, rate: float,
+    ``admin`` is any sandbox endpoint whose ``connect(database)`` gives a DB-API connection with
+    ``%s`` parameters (MariaDB's, PostgreSQL's); a server's subclass gives its SQL (``_sql``)."""
+
+    def __init__(self, admin: Any, table: Any, rate: float,
                  limit: float = 3600.0) -> None:
         super().__init__(name="writer", daemon=True)
         self.admin, self.table, self.rate, self.limit = admin, table, rate, limit
@@ -123,12 +126,16 @@ class Writer(threading.Thread):
             self.error = repr(exc)
         self.seconds = time.perf_counter() - started
 
+    def _sql(self) -> str:
+        """The UPDATE of one row (its key is the one ``%s``), in the server's SQL."""
+        return (f"UPDATE {quote_ident(self.table.table)} SET `c_last_review_date_sk` = "
+                "COALESCE(`c_last_review_date_sk`, 0) + 1 WHERE `c_customer_sk` = %s")
+
     def _write(self, started: float) -> None:
-        sql = (f"UPDATE {quote_ident(self.table.table)} SET `c_last_review_date_sk` = "
-               "COALESCE(`c_last_review_date_sk`, 0) + 1 WHERE `c_customer_sk` = %s")
+        sql = self._sql()
         rng = random.Random(42)
         with contextlib.closing(self.admin.connect(self.table.database)) as conn, \
-                conn.cursor() as cur:
+                conn.cursor() as cur:  # pymysql's and psycopg's cursors alike
             while not self.stopping.is_set() and time.perf_counter() - started < self.limit:
                 cur.execute(sql, (rng.randint(1, self.table.rows),))
                 self.updates += 1

@@ -217,15 +217,7 @@ class Bench:
         spec = self.pipeline_spec(job, p, cpb, backfill_skip=backfill_skip)
         started_load, child = load(), self.start(slug, spec)
 
-        def on_event(event: dict[str, Any]) -> None:
-            if event["event"] == "ready" and writer is not None:
-                writer.start()
-
-        try:
-            r = child.wait(on_event)
-        finally:
-            if writer is not None and writer.is_alive():
-                writer.stop()
+        r = wait_writing(child, writer)
         mirror = self.mirror_rows(job)
         name = f"ours p={p}, {cpb} chunks/batch" + (f", {write_rate:g} upd/s" if write_rate else "") + (
             f", {SKIP}" if backfill_skip else "")
@@ -384,6 +376,20 @@ def _after_start_up(r: dict[str, Any], rows: int) -> dict[str, Any]:
     outside = r["seconds"] - r.get("drain_s", 0.0) - r["progress"]["seconds_by_step"].get("triggerExecution", 0.0)
     return {"start_up_s": round(outside, 2), "mirror_drain_s": r.get("drain_s"),
             "rate_after_start_up": round(rows / max(r["seconds"] - outside, 1e-9))}
+
+
+def wait_writing(child: ChildPhase, writer: Writer | None) -> dict[str, Any]:
+    """``child``'s result, with ``writer`` (if any) updating rows from the child's "ready"
+    event until the result arrives."""
+    def on_event(event: dict[str, Any]) -> None:
+        if event["event"] == "ready" and writer is not None:
+            writer.start()
+
+    try:
+        return child.wait(on_event)
+    finally:
+        if writer is not None and writer.is_alive():
+            writer.stop()
 
 
 def _median(values: list[float]) -> float:
