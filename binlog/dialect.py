@@ -347,6 +347,34 @@ class SupportsSplitSlices(ABC):
         slice is not worth cutting."""
 
 
+def piece_offsets(total: int, parts: int, min_bytes: int, skip_cost: float) -> list[int]:
+    """Where to cut ``total`` bytes of log so that up to ``parts`` readers finish together.
+
+    Every reader after the first walks over the log before its piece (for the DDL or the
+    relation definitions in force there) at ``skip_cost`` of reading it (0 to 1), so piece ``k``
+    gets ``(1 - skip_cost) ** k`` times the bytes of the first. Fewer pieces when a piece would
+    hold fewer than ``min_bytes``.
+
+    Returns:
+        The ``n - 1`` inner cuts of ``n`` pieces as byte offsets from the slice's start, in
+        order; empty when the slice stays whole.
+    """
+    n = min(parts, total // max(1, min_bytes))
+
+    def weights(k: int) -> list[float]:
+        return [(1.0 - skip_cost) ** i for i in range(k)]
+
+    while n >= 2 and total * weights(n)[-1] / sum(weights(n)) < min_bytes:
+        n -= 1  # the last piece, the smallest, would be too small
+    if n < 2:
+        return []
+    share, done, cuts = weights(n), 0.0, []
+    for w in share[:-1]:
+        done += w
+        cuts.append(int(total * done / sum(share)))
+    return cuts
+
+
 class SupportsBatchCap(ABC):
     """A dialect that can end a batch's log slice before the server's current position, so that
     a backlog is read in batches of bounded size (Spark's admission control, ``ReadMaxBytes``)."""

@@ -33,6 +33,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
+from binlog.dialect import piece_offsets
 from cdc.model.errors import InvalidBinlogPosition
 
 # Walking over a rows event without decoding it costs about this much of decoding it and turning
@@ -324,17 +325,7 @@ def byte_cuts(start: BinlogOffset, end: BinlogOffset, sizes: dict[str, int], par
         return []
     spans = [(f, start.pos if f == start.file else 0, end.pos if f == end.file else sizes[f]) for f in files]
     total = sum(max(0, hi - lo) for _, lo, hi in spans)
-    n = min(parts, total // max(1, min_bytes))
-    while n >= 2 and total * (1.0 - skip_cost) ** (n - 1) / _weight(n, skip_cost) < min_bytes:
-        n -= 1  # the last piece, the smallest, would be too small
-    if n < 2:
-        return []
-    weights = [(1.0 - skip_cost) ** k for k in range(n)]
-    cuts, done = [], 0.0
-    for w in weights[:-1]:
-        done += w
-        cuts.append(_at_byte(spans, int(total * done / sum(weights))))
-    return cuts
+    return [_at_byte(spans, at) for at in piece_offsets(total, parts, min_bytes, skip_cost)]
 
 
 def capped_end(start: BinlogOffset, end: BinlogOffset, sizes: dict[str, int], max_bytes: int) -> BinlogOffset:
@@ -366,10 +357,6 @@ def capped_end(start: BinlogOffset, end: BinlogOffset, sizes: dict[str, int], ma
         return end
     at = _at_byte(spans, max_bytes)
     return BinlogOffset(at.file, at.pos, server=end.server, cut=True)
-
-
-def _weight(n: int, skip_cost: float) -> float:
-    return sum((1.0 - skip_cost) ** k for k in range(n))
 
 
 def _files_between(start: BinlogOffset, end: BinlogOffset, sizes: dict[str, int]) -> list[str] | None:
