@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import random
 import shutil
 import threading
@@ -123,6 +124,15 @@ class Pipeline:
 
     def cleanup(self) -> None:
         shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def files_of_last_batch(changelog: Path) -> int:
+    """How many files the last batch committed to a Delta changelog (not a compaction's commit):
+    one per task that wrote changes of the table."""
+    log = changelog / "_delta_log"
+    commits = [[json.loads(line) for line in p.read_text().splitlines()] for p in sorted(log.glob("*.json"))]
+    last = next(c for c in reversed(commits) if any("txn" in a for a in c))
+    return sum(1 for a in last if "add" in a)
 
 
 def _identity(row: dict[str, Any], key: tuple[str, ...]) -> tuple[Any, ...]:

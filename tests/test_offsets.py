@@ -9,6 +9,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from binlog.mysql.positions import BinlogOffset, ChangePosition, byte_cuts
+from binlog.postgres.config import PostgresSourceConfig
+from binlog.postgres.dialect import PostgresDialect
+from binlog.postgres.positions import LsnOffset
+from binlog.postgres.reader import SKIP_COST
 from cdc.model.positions import max_offset
 
 offsets = st.builds(
@@ -82,3 +86,25 @@ def test_byte_cuts_give_each_piece_at_least_min_bytes(parts: int, min_bytes: int
 def test_byte_cuts_leave_the_slice_whole_when_a_file_is_unknown() -> None:
     sizes = {"b.000001": 12000, "b.000003": 12000}  # b.000002 purged or never listed
     assert byte_cuts(BinlogOffset("b.000001", 4), BinlogOffset("b.000003", 9000), sizes, 2, 10, 0.2) == []
+
+
+def test_postgres_cuts_are_wal_positions_that_shrink_by_the_skip_cost() -> None:
+    """No server is asked: any LSN cuts a Postgres slice (a transaction belongs to the piece its
+    commit lies in). Each later piece holds (1 - SKIP_COST) of the one before; none is cut below
+    twice ``stream_split_bytes``."""
+    d = PostgresDialect(PostgresSourceConfig(hostname="h", username="u", password="p", database="db",
+                                             tables=["public\\..*"], stream_split_bytes=1000))
+
+    def no_server() -> None:
+        raise AssertionError("the cuts need no connection")
+
+    start = LsnOffset(5 << 32 | 0xFFFFF000)  # the pieces straddle a 4 GiB boundary of the LSN
+    assert d.slice_cuts(no_server, start, LsnOffset(start.lsn + 1999), 3) == []
+    assert d.slice_cuts(no_server, start, LsnOffset(start.lsn + 10_000), 1) == []
+    end = LsnOffset(start.lsn + 10_000)
+    cuts = d.slice_cuts(no_server, start, end, 3)
+    points = [start, *cuts, end]
+    pieces = [b.lsn - a.lsn for a, b in itertools.pairwise(points)]
+    assert sum(pieces) == 10_000 and len(pieces) == 3
+    assert [round(p / pieces[0], 2) for p in pieces] == [1.0, 1 - SKIP_COST, round((1 - SKIP_COST) ** 2, 2)]
+    assert len(d.slice_cuts(no_server, start, LsnOffset(start.lsn + 2_500), 3)) == 1, "no piece under 1000 bytes"

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from faults import InjectedFault
-from pipeline import PACE_S, writing
+from pipeline import PACE_S, files_of_last_batch, writing
 from pipeline_pg import (
     PgPipeline,
     PgRandomWriter,
@@ -100,6 +100,33 @@ def test_one_log_reader_emits_every_chunk_in_the_stream_task(pipeline: PgPipelin
     pipeline.run()
     assert len(first) >= 4
     check_all(pipeline)
+
+
+def test_catch_up_read_by_several_stream_tasks_is_exact(pipeline: PgPipeline, pg_admin: Any) -> None:
+    """A backlog cut into three pieces, read by three tasks (the later two from temporary copies
+    of the slot), lands once and in commit order: keys changed in several pieces end with their
+    last value. Then a piece's task dies in the next catch-up, and the replay is exact too."""
+    create_table(pg_admin)
+    create_table(pg_admin, "u")
+    pipeline.run()
+    pipeline.source["stream_split_bytes"] = 4096
+    pipeline.job["parallelism"] = 3
+    for round_, fault in enumerate((False, True)):
+        writers = [PgRandomWriter(pipeline, t, seed=10 * round_ + i, pause_s=PACE_S) for i, t in enumerate("tu")]
+        with writing(*writers):  # type: ignore[arg-type]
+            time.sleep(3)
+        if fault:
+            pipeline.arm("stream", after=1)
+            with pytest.raises((JobFailed, InjectedFault), match="injected fault at stream"):
+                pipeline.run()
+        catch_up = pipeline.run()
+        assert [b.change_rows > 0 for b in catch_up] == [True], "one catch-up batch"
+        check_all(pipeline)
+        for table in "tu":
+            changelog = pipeline.lake / pipeline.schema / f"{table}_changelog"
+            assert files_of_last_batch(changelog) == 3, f"{table}: one file per stream task"
+    slots = [r[0] for r in pg_admin.execute("SELECT slot_name FROM pg_replication_slots").fetchall()]
+    assert pipeline.config().source.slot in slots and not [s for s in slots if "_piece_" in s], slots
 
 
 @pytest.mark.parametrize(("point", "after"), [

@@ -11,7 +11,9 @@ rows from before the DDL with the old version.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -148,6 +150,83 @@ def test_relation_messages_make_versions_in_both_decoders(
     later = LsnOffset(versions[2].key[0])
     assert [v for v, _, _ in _read(d, tmp_path / "a", later, end, "rows", first)] == [2, 3, 4, 5]
     assert sorted(p.name for p in (tmp_path / "a" / "schemas" / "public.t").iterdir()) == files
+
+
+def _pieces(d: PostgresDialect, state: Path, start: LsnOffset, cut: LsnOffset, end: LsnOffset, decoder: str,
+            first: TableSchema) -> list[tuple[int, dict[str, Any]]]:
+    """``(start, end]`` read as a slice cut at ``cut`` is: two readers, each with its own history
+    over ``state``; the later piece (``decode_from``) first, as a task may run before another.
+    Each change as (its version, its op, before and after)."""
+    with contextlib.closing(d.connect()) as conn:
+        schema = d.table_schema(conn, T)
+    out: list[list[tuple[int, dict[str, Any]]]] = []
+    for lo, hi, decode_from in ((start, end, cut), (start, cut, None)):
+        d.use_schema_history(StateStore(str(state)), {T: first})
+        with d.log_reader(0, [schema]) as reader:
+            reader.decoder = decoder
+            out.append([(tagged_schema(b.rows)[1], {k: r[k] for k in ("op", "before", "after")})  # type: ignore[index]
+                        for b in reader.change_rows(lo, hi, decode_from) for r in b.rows.to_pylist()])
+            held = reader.connection().execute("SELECT count(*) FROM pg_replication_slots WHERE active_pid = "
+                                               "pg_backend_pid()").fetchone()[0]
+            assert held == 0, "the reader still holds its copy of the slot"
+    return out[1] + out[0]
+
+
+def _history(state: Path) -> list[tuple[Any, ...]]:
+    return [(v.version, v.key, v.ddl, v.schema) for v in SchemaHistory(StateStore(str(state))).versions(T)]
+
+
+@pytest.mark.parametrize("decoder", ["columnar", "rows"])
+def test_a_slice_cut_anywhere_is_read_once_with_the_same_versions(
+        decoder: str, dialect: PostgresDialect, pg_admin: Any, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A catch-up slice cut for several readers: wherever the cut falls (on a commit, inside a
+    transaction, between DDL and the first change under it), the pieces' changes are the whole
+    slice's, once each, with the same versions, and both readers record the history a single
+    reader records, whichever runs first. The later piece reads a temporary copy of the slot,
+    which is gone afterwards; with no free slot on the server it peeks the job's slot instead."""
+    d = dialect
+    first = _started(d, pg_admin, "FULL")
+    start = _offset(d)
+    lsns = [start]
+    for statement, writes in DDL_STEPS:
+        pg_admin.execute(statement)
+        lsns.append(_offset(d))
+        for w in writes:
+            pg_admin.execute(w)
+            lsns.append(_offset(d))
+    pg_admin.execute("CREATE TABLE other (id int PRIMARY KEY)")
+    pg_admin.execute("BEGIN")
+    pg_admin.execute("INSERT INTO t (id, title, qty) VALUES (7, 'same txn', 7)")
+    pg_admin.execute("INSERT INTO other VALUES (1)")
+    pg_admin.execute("ALTER TABLE t ADD COLUMN late int")
+    pg_admin.execute("INSERT INTO t (id, title, qty, late) VALUES (8, 'same txn', 8, 8)")
+    pg_admin.execute("COMMIT")
+    pg_admin.execute("TRUNCATE other")
+    pg_admin.execute("UPDATE t SET late = id")
+    end = _offset(d)
+    lsns.append(end)
+    whole = [(v, r) for v, _, rows in _read(d, tmp_path / "whole", start, end, decoder, first) for r in rows]
+    assert [v for v, _ in whole][-1] == 5 and len(whole) > 20
+    cuts = sorted({*lsns[1:-1], *(LsnOffset(a.lsn + 1) for a in lsns[1:-1]),
+                   *(LsnOffset((a.lsn + b.lsn) // 2) for a, b in itertools.pairwise(lsns))})
+    for i, cut in enumerate(cuts):
+        state = tmp_path / f"cut{i}"
+        assert _pieces(d, state, start, cut, end, decoder, first) == whole, f"cut at {cut}"
+        assert _history(state) == _history(tmp_path / "whole"), f"cut at {cut}"
+    slots = "SELECT slot_name FROM pg_replication_slots WHERE database = current_database()"
+    assert [r[0] for r in pg_admin.execute(slots).fetchall()] == [d.postgres.slot]
+
+    # every slot taken: the later piece peeks the job's slot itself, with the same result
+    free = pg_admin.execute("SELECT current_setting('max_replication_slots')::int - count(*) "
+                            "FROM pg_replication_slots").fetchone()[0]
+    pg_admin.execute("SELECT pg_create_physical_replication_slot('fill_' || i, false, true) "
+                     "FROM generate_series(1, %s) AS i", (free,))
+    middle = cuts[len(cuts) // 2]
+    with caplog.at_level(logging.WARNING, logger="binlog.postgres.reader"):
+        assert _pieces(d, tmp_path / "full", start, middle, end, decoder, first) == whole
+    assert ("no free replication slot" in caplog.text) == (decoder == "columnar")
+    assert _history(tmp_path / "full") == _history(tmp_path / "whole")
 
 
 def test_the_schema_change_event_is_labelled_and_carries_the_table(

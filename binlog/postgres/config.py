@@ -44,7 +44,14 @@ class PostgresSourceConfig(SourceConfig):
                                   "tables; created (FOR TABLE ...) when missing, if the role may")
     log_readers: int = Field(default=5, ge=1, le=16, description="log readers of one batch: the stream task "
                              "and up to `parallelism` tasks of chunk emits (1: the stream task emits every "
-                             "chunk itself); they take turns on the slot, which serves one session at a time")
+                             "chunk itself); they take turns on the slot, which serves one session at a time. "
+                             "Also the most tasks a long catch-up slice is cut for (`stream_split_bytes`)")
+    stream_split_bytes: int = Field(default=16 * 1024 * 1024, gt=0, description="a catch-up batch's log "
+                                    "slice is read by several tasks (up to `parallelism` and `log_readers`) "
+                                    "when it holds at least twice this many bytes of WAL; each task after the "
+                                    "first decodes its piece from a temporary copy of the slot (one more slot "
+                                    "each, within `max_replication_slots`; without a free one it peeks the "
+                                    "job's slot)")
     slot_wait_s: float = Field(default=120.0, gt=0, description="how long a reader waits for the slot while "
                                "another session of this job uses it")
     snapshot_wait_s: float = Field(default=300.0, gt=0, description="how long a chunk read waits for the "

@@ -21,11 +21,18 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 from psycopg import sql
 
-from binlog.dialect import Dialect, SupportsLogRelease, SupportsSchemaHistory, SupportsTableJoin
+from binlog.dialect import (
+    Dialect,
+    SupportsLogRelease,
+    SupportsSchemaHistory,
+    SupportsSplitSlices,
+    SupportsTableJoin,
+    piece_offsets,
+)
 from binlog.postgres.checks import PostgresSourceReport
 from binlog.postgres.config import PostgresSourceConfig
 from binlog.postgres.positions import LsnOffset
-from binlog.postgres.reader import PostgresLogReader
+from binlog.postgres.reader import SKIP_COST, PostgresLogReader
 from binlog.postgres.server import (
     PgSettings,
     advance_slot,
@@ -78,7 +85,8 @@ def key_sql(column: Column) -> str:
     return f'{k} COLLATE "C"' if pa.types.is_string(column.arrow) else k
 
 
-class PostgresDialect(Dialect, SupportsLogRelease, SupportsSchemaHistory, SupportsTableJoin, PostgresSourceReport):
+class PostgresDialect(Dialect, SupportsLogRelease, SupportsSchemaHistory, SupportsSplitSlices, SupportsTableJoin,
+                      PostgresSourceReport):
     """PostgreSQL 12+: LSN watermarks, one pgoutput slot per job, C-collation key order; DDL
     followed through pgoutput's Relation messages (``relations.py``)."""
 
@@ -187,6 +195,14 @@ class PostgresDialect(Dialect, SupportsLogRelease, SupportsSchemaHistory, Suppor
     def release(self, conn: Any, offset: Offset) -> None:
         assert isinstance(offset, LsnOffset)
         advance_slot(conn, self.postgres.slot, offset, self.postgres.slot_wait_s)
+
+    def slice_cuts(self, connection: Callable[[], Any], start: LsnOffset, end: LsnOffset,
+                   parts: int) -> list[LsnOffset]:
+        """WAL byte positions, without asking the server: a transaction belongs to the piece its
+        commit lies in, so any LSN is a cut (positions.py). Each piece after the first is
+        read from a copy of the slot (:meth:`PostgresLogReader.change_rows`)."""
+        offsets = piece_offsets(end.lsn - start.lsn, parts, self.postgres.stream_split_bytes, SKIP_COST)
+        return [LsnOffset(start.lsn + at) for at in offsets]
 
     # --- executors ------------------------------------------------------------------------
 

@@ -38,7 +38,7 @@ from binlog.postgres.pgoutput import UNCHANGED, Begin, Commit, Relation, RowChan
 from binlog.postgres.pgoutput_columnar import MessageBlock, Scan, scan
 from binlog.postgres.positions import ChangeLsn, LsnOffset, format_lsn
 from binlog.postgres.relations import RelationVersions, describe, infer_renames
-from binlog.postgres.server import check_start, close_quietly, with_slot
+from binlog.postgres.server import check_start, close_quietly, copy_slot, drop_slot, with_slot
 from binlog.postgres.types import CONNECTOR, quote_ident, sql_table, to_arrow_rows
 from cdc.model.envelope import envelope_schema, row_type, source_block, source_type
 from cdc.model.errors import SchemaChanged
@@ -58,12 +58,23 @@ from chunking.backfill import read_schema, same_columns
 log = logging.getLogger(__name__)
 
 STREAM_ROWS = 65_536  # changes turned into Arrow change rows at a time
+# A piece of a cut slice after the first also peeks the WAL before it for the relation
+# definitions (row changes cut to kind and relation): on 150k TPC-DS updates the server took
+# 0.26 s for that against 0.28 s for the whole messages, while decoding them here into change
+# rows and files costs about 3x the peek (/tmp experiment, 2026-11-29). So later pieces get less
+# WAL by this factor each (binlog.dialect.piece_offsets).
+SKIP_COST = 0.2
 # The decoder: "columnar" (the job's), or "rows", the per-row reference kept for tests and for
 # benchmarks/postgres_bench.py's comparison (internal; not a config option).
 DECODER_ENV = "SPARK_CDC_PG_DECODER"
 
 _PEEK_BINARY = ("SELECT (lsn - '0/0'::pg_lsn)::int8, data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, "
                 "NULL, 'proto_version', '1', 'publication_names', %s)")
+# The messages of a piece's prefix: whole, but row changes cut to their kind and relation oid,
+# which is all that following the relation definitions needs (pgoutput_columnar.scan).
+_PEEK_STEERING = ("SELECT (lsn - '0/0'::pg_lsn)::int8, CASE WHEN get_byte(data, 0) IN (73, 85, 68) "
+                  "THEN substring(data FROM 1 FOR 5) ELSE data END FROM pg_logical_slot_peek_binary_changes("
+                  "%s, %s::pg_lsn, NULL, 'proto_version', '1', 'publication_names', %s)")
 _PEEK = ("SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, NULL, "
          "'proto_version', '1', 'publication_names', %s)")
 
@@ -234,10 +245,15 @@ class PostgresLogReader:
         for schema in self.tables.values():
             self.versions.start(schema)
 
-    def change_rows(self, start: LsnOffset, end: LsnOffset, decode_from: Any | None = None) -> Iterator[ChangeRows]:
+    def change_rows(self, start: LsnOffset, end: LsnOffset, decode_from: LsnOffset | None = None) -> Iterator[ChangeRows]:
         """The same changes as Arrow change rows per table and schema version (key updates
         split), built column-wise from up to :data:`STREAM_ROWS` changes at a time; each decoded
         with its version, in the sinks' schema, tagged (:func:`cdc.model.history.with_schema`).
+
+        ``decode_from``: a piece of a slice cut for several readers: only the transactions that
+        commit in ``[decode_from, end)`` are decoded, from a temporary copy of the slot advanced
+        to ``decode_from`` (:meth:`_piece_blocks`); the Relation messages before it are still
+        followed, so that every reader of the slice records the same schema versions.
 
         Raises:
             SchemaChanged: a table's definition changed under ``schema_change.behavior:
@@ -245,13 +261,16 @@ class PostgresLogReader:
         """
         self._start_versions()
         if self.decoder == "columnar":
-            for table, rows in self._columnar(start, end, versioned=True):
+            for table, rows in self._columnar(start, end, versioned=True, decode_from=decode_from):
                 source = rows.column("source").chunk(0)
                 first = (source.field("commit_lsn")[0].as_py(), source.field("row")[0].as_py())
                 yield ChangeRows(table, rows, first)
             return
+        first_commit = start.lsn if decode_from is None else max(start.lsn, decode_from.lsn)
         pending: list[RawChange] = []
         for raw in self._raw_changes(start, end, versioned=True):
+            if raw.position.commit < first_commit:
+                continue  # a cut slice's earlier piece: decoded for its versions only
             pending.append(raw)
             if len(pending) >= STREAM_ROWS:
                 yield from self._rows(pending)
@@ -262,21 +281,31 @@ class PostgresLogReader:
     # --- decoding, column-wise (pgoutput_columnar, change_rows) ----------------------------
 
     def _columnar(self, start: LsnOffset, end: LsnOffset, versioned: bool, split: bool = True,
-                  tag: bool = True) -> Iterator[tuple[TableId, pa.Table]]:
+                  tag: bool = True, decode_from: LsnOffset | None = None) -> Iterator[tuple[TableId, pa.Table]]:
         """The kept changes as change rows per table, :data:`STREAM_ROWS` changes at a time (the
         tables of each in order of their first change). ``versioned``: per schema version (key
         updates split and rows tagged unless ``split``/``tag`` say otherwise); else with the
-        job's schemas, key updates whole. Rows of ``follow`` tables are never built."""
+        job's schemas, key updates whole. Rows of ``follow`` tables are never built.
+        ``decode_from``: only the changes committed from there on (:meth:`change_rows`)."""
         if not start.is_before(end):
             return
         d = self.config
         conn = self.connection()
         check_start(conn, d.slot, start)
-        block = MessageBlock.from_rows(with_slot(
-            lambda: conn.cursor(binary=True).execute(_PEEK_BINARY, (d.slot, format_lsn(end.lsn),
-                                                                    d.publication_name)).fetchall(),
-            d.slot, d.slot_wait_s))
-        kept = scan(block, start.lsn, end.lsn, lambda rel: TableId(rel.namespace, rel.name) in self.tables)
+
+        def wanted(rel: Relation) -> bool:
+            return TableId(rel.namespace, rel.name) in self.tables
+
+        lo = start.lsn
+        if decode_from is not None and start.is_before(decode_from):
+            lo = min(decode_from.lsn, end.lsn)
+            before, block = self._piece_blocks(start, LsnOffset(lo), end)
+            if versioned:  # the versions the readers of the earlier pieces record, in the same order
+                earlier = scan(before, start.lsn, lo, wanted)
+                self._relation_versions(before, earlier, [TableId(r.namespace, r.name) for r in earlier.relations])
+        else:
+            block = self._peek_job_slot(conn, end)
+        kept = scan(block, lo, end.lsn, wanted)
         for relations, lsn in kept.truncates:
             self._truncated(relations, format_lsn(lsn))
         tables = [TableId(r.namespace, r.name) for r in kept.relations]
@@ -302,6 +331,45 @@ class PostgresLogReader:
                     rows = table_rows(block, kept, at, schema, self.config.name, self._current_values, split=split)
                     yield table, (self._tagged(table, v, rows, int(kept.ts_ms[at[0]]), int(kept.xid[at[0]]))
                                   if tag else rows)
+
+    def _peek_job_slot(self, conn: Any, end: LsnOffset) -> MessageBlock:
+        """The job's slot decoded up to ``end`` (in turn with the batch's other readers)."""
+        d = self.config
+        return MessageBlock.from_rows(with_slot(
+            lambda: conn.cursor(binary=True).execute(_PEEK_BINARY, (d.slot, format_lsn(end.lsn),
+                                                                    d.publication_name)).fetchall(),
+            d.slot, d.slot_wait_s))
+
+    def _piece_blocks(self, start: LsnOffset, cut: LsnOffset, end: LsnOffset) -> tuple[MessageBlock, MessageBlock]:
+        """The messages of the transactions committed in ``[start, cut)`` (row changes cut to
+        their kind and relation) and in ``[cut, end)`` (whole), for a piece of a cut slice.
+
+        Read from a temporary copy of the job's slot (:func:`~server.copy_slot`): first up to
+        ``cut``, then, the copy advanced to ``cut`` (fast-forward: the server skips the changes
+        before it without decoding them), up to ``end``. So the piece runs beside the other
+        readers of the batch instead of taking turns on the job's slot, and the server formats
+        only its own piece's changes for sending. Logical decoding skips exactly the
+        transactions whose commit is before a slot's confirmed position (positions.py), so the
+        copy's peek holds the transactions of ``[cut, end)``, all of each. Without a free slot on
+        the server, both come from one peek of the job's slot.
+        """
+        d, conn = self.config, self.connection()
+        copy = copy_slot(conn, d.slot)
+        if copy is None:
+            log.warning("no free replication slot for a copy of %r (max_replication_slots): this piece of the "
+                        "slice peeks the job's slot, in turn with the other readers", d.slot)
+            whole = self._peek_job_slot(conn, end)
+            return whole, whole
+        try:
+            check_start(conn, copy, start)
+            before = conn.cursor(binary=True).execute(_PEEK_STEERING, (copy, format_lsn(cut.lsn),
+                                                                       d.publication_name)).fetchall()
+            conn.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (copy, format_lsn(cut.lsn)))
+            rows = conn.cursor(binary=True).execute(_PEEK_BINARY, (copy, format_lsn(end.lsn),
+                                                                   d.publication_name)).fetchall()
+        finally:
+            drop_slot(conn, copy)
+        return MessageBlock.from_rows(before), MessageBlock.from_rows(rows)
 
     def _relation_versions(self, block: MessageBlock, kept: Scan, tables: list[TableId]) -> np.ndarray:
         """Per Relation message of ``kept`` (and a last entry for none), the schema version its

@@ -514,6 +514,34 @@ def advance_slot(conn: Any, slot: str, to: LsnOffset, wait_s: float) -> None:
               slot, wait_s)
 
 
+def copy_slot(conn: Any, slot: str) -> str | None:
+    """A temporary copy of ``slot`` for this session (executor): the same confirmed and restart
+    positions, no wait for running transactions (a new slot waits for them), dropped by the
+    server when the session ends, and free for this session alone (the job's slot serves one
+    session at a time). Its name is ``slot``'s, cut, plus the backend's pid. None when every
+    one of the server's ``max_replication_slots`` is taken.
+
+    Raises:
+        BinlogPurged: ``slot`` no longer exists.
+    """
+    name = f"{slot[:40]}_piece_{conn.info.backend_pid}"
+    drop_slot(conn, name)  # this session's copy from a read that failed before it dropped it
+    try:
+        conn.execute("SELECT pg_copy_logical_replication_slot(%s, %s, true)", (slot, name))
+    except pgerrors.ConfigurationLimitExceeded:
+        return None
+    except pgerrors.UndefinedObject:
+        raise BinlogPurged(f"replication slot {slot!r} no longer exists: start again with a new checkpoint",
+                           slot=slot) from None
+    return name
+
+
+def drop_slot(conn: Any, name: str) -> None:
+    """Drop this session's slot ``name`` if it exists."""
+    conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                 "WHERE slot_name = %s AND active_pid = pg_backend_pid()", (name,))
+
+
 def close_quietly(conn: Any) -> None:
     with contextlib.suppress(Exception):
         conn.close()
