@@ -108,3 +108,15 @@ def test_postgres_cuts_are_wal_positions_that_shrink_by_the_skip_cost() -> None:
     assert sum(pieces) == 10_000 and len(pieces) == 3
     assert [round(p / pieces[0], 2) for p in pieces] == [1.0, 1 - SKIP_COST, round((1 - SKIP_COST) ** 2, 2)]
     assert len(d.slice_cuts(no_server, start, LsnOffset(start.lsn + 2_500), 3)) == 1, "no piece under 1000 bytes"
+
+
+def test_a_postgres_batch_ends_max_bytes_of_wal_on() -> None:
+    d = PostgresDialect(PostgresSourceConfig(hostname="h", username="u", password="p", database="db",
+                                             tables=["public\\..*"]))
+    assert d.max_batch_bytes() == 128 * 1024 * 1024
+    start = LsnOffset(7 << 32 | 0xFFFFFF00)
+    assert d.capped_end(lambda: None, start, LsnOffset(start.lsn + 1000), 1000) == LsnOffset(start.lsn + 1000)
+    assert d.capped_end(lambda: None, start, LsnOffset(start.lsn + 1001), 1000) == LsnOffset(start.lsn + 1000)
+    off = PostgresSourceConfig(hostname="h", username="u", password="p", database="db", tables=["public\\..*"],
+                               max_batch_bytes=None)
+    assert PostgresDialect(off).max_batch_bytes() is None

@@ -23,6 +23,7 @@ from psycopg import sql
 
 from binlog.dialect import (
     Dialect,
+    SupportsBatchCap,
     SupportsLogRelease,
     SupportsSchemaHistory,
     SupportsSplitSlices,
@@ -85,8 +86,8 @@ def key_sql(column: Column) -> str:
     return f'{k} COLLATE "C"' if pa.types.is_string(column.arrow) else k
 
 
-class PostgresDialect(Dialect, SupportsLogRelease, SupportsSchemaHistory, SupportsSplitSlices, SupportsTableJoin,
-                      PostgresSourceReport):
+class PostgresDialect(Dialect, SupportsBatchCap, SupportsLogRelease, SupportsSchemaHistory, SupportsSplitSlices,
+                      SupportsTableJoin, PostgresSourceReport):
     """PostgreSQL 12+: LSN watermarks, one pgoutput slot per job, C-collation key order; DDL
     followed through pgoutput's Relation messages (``relations.py``)."""
 
@@ -203,6 +204,15 @@ class PostgresDialect(Dialect, SupportsLogRelease, SupportsSchemaHistory, Suppor
         read from a copy of the slot (:meth:`PostgresLogReader.change_rows`)."""
         offsets = piece_offsets(end.lsn - start.lsn, parts, self.postgres.stream_split_bytes, SKIP_COST)
         return [LsnOffset(start.lsn + at) for at in offsets]
+
+    def max_batch_bytes(self) -> int | None:
+        return self.postgres.max_batch_bytes
+
+    def capped_end(self, connection: Callable[[], Any], start: LsnOffset, end: LsnOffset,
+                   max_bytes: int) -> LsnOffset:
+        """``max_bytes`` of WAL after ``start`` when the slice holds more (any LSN is a batch
+        boundary: a transaction belongs to the batch its commit lies in)."""
+        return LsnOffset(start.lsn + max_bytes) if end.lsn - start.lsn > max_bytes else end
 
     # --- executors ------------------------------------------------------------------------
 
