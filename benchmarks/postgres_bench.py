@@ -87,6 +87,7 @@ from tpcds_customer import (
     verdict,
     wait_writing,
     write_chunk_sizes,
+    write_result,
 )
 
 from binlog.postgres.positions import LsnOffset
@@ -451,6 +452,22 @@ class PgMarkerWriter(MarkerWriter):
             self.error = repr(exc)
 
 
+def parse_variant(text: str) -> dict[str, Any]:
+    """``--catch-up-variants``: ``key=value[;key=value]`` source settings, each value an integer or
+    ``null``."""
+    out: dict[str, Any] = {}
+    for part in filter(None, text.split(";")):
+        key, sep, value = part.partition("=")
+        if not sep:
+            raise argparse.ArgumentTypeError(f"{part!r} is not key=value")
+        out[key.strip()] = None if value.strip() == "null" else int(value)
+    return out
+
+
+def variant_label(variant: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in variant.items()) or "the job's defaults"
+
+
 class Bench:
     """Runs every phase against one loaded table and collects the lines."""
 
@@ -500,16 +517,16 @@ class Bench:
         self.add(Line(f"Spark JDBC peer p={p} (-> Parquet)", "peer", r["rows"], r["seconds"], started_load, p,
                       child.rss.to_dict(), child.rss.cpu_detail()))
 
-    def source(self, cpb: int, slot: str = SLOT) -> dict[str, Any]:
+    def source(self, cpb: int, slot: str = SLOT, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
         c, t = self.table.box.cdc, self.table
         return {"type": "postgres", "hostname": c.host, "port": c.port, "username": c.user, "password": c.password,
                 "database": t.database, "tables": [f"{SCHEMA}\\.{TABLE}"], "chunk_size": self.args.chunk_size,
                 "chunks_per_batch": cpb, "slot_name": slot, "startup_mode": "initial",
-                **({"log_readers": self.args.log_readers} if self.args.log_readers else {})}
+                **({"log_readers": self.args.log_readers} if self.args.log_readers else {}), **(overrides or {})}
 
     def pipeline(self, slug: str, job: Path, p: int, cpb: int, trigger: str = "available-now",
-                 slot: str = SLOT) -> ChildPhase:
-        spec = {"kind": "pipeline", "parallelism": p, "source": self.source(cpb, slot), "trigger": trigger,
+                 slot: str = SLOT, source: dict[str, Any] | None = None) -> ChildPhase:
+        spec = {"kind": "pipeline", "parallelism": p, "source": self.source(cpb, slot, source), "trigger": trigger,
                 "state_dir": str(job / "checkpoint_state"), "lake": str(job / "lake"),
                 "checkpoint": str(job / "checkpoint"), "query_id": job.name, "sink": "delta"}
         return ChildPhase(spec, self.work / f"{slug}.log", self.server_pid, server="postgres")
@@ -567,6 +584,39 @@ class Bench:
                 conn.execute("SELECT pg_drop_replication_slot('bench_rows')")
         if self.args.stream_paths:
             self.stream_paths(end)
+
+    def catch_up_variants(self, job: Path, p: int, cpb: int, variants: list[dict[str, Any]], rounds: int = 3) -> None:
+        """``--catch-up-variants``: the same burst caught up ``rounds`` times with each variant of
+        the source config in turn (alternating, so the machine's drift meets each), every run
+        from its own copy of the job and of its slot, both made before the burst."""
+        runs = [(i, r) for r in range(rounds) for i in range(len(variants))]
+        with contextlib.closing(self.table.box.admin.connect(self.table.database)) as conn:
+            for i, r in runs:
+                copy_job(job, self.work / f"{job.name}-v{i}-{r}")
+                conn.execute("SELECT pg_copy_logical_replication_slot(%s, %s)", (SLOT, f"bench_v{i}_{r}"))
+        changed, seconds = apply_updates(self.table.box.admin, self.table, self.args.updates)
+        self.facts["burst"] = {"updates": changed, "seconds": round(seconds, 2)}
+        for i, r in runs:
+            slot, label = f"bench_v{i}_{r}", variant_label(variants[i])
+            started_load = load()
+            child = self.pipeline(f"catch-up-v{i}-{r}", self.work / f"{job.name}-v{i}-{r}", p, cpb, slot=slot,
+                                  source=variants[i])
+            res = child.wait()
+            detail = _pipeline_detail(res)
+            detail.update(expected_changes=changed, changes_ok=res["change_rows"] == changed, variant=label,
+                          mirror_drain_s=res.get("drain_s"), **child.rss.cpu_detail())
+            self.add(Line(f"catch-up p={p}, {label} ({changed:,} updates)", "catch-up", res["change_rows"],
+                          res["seconds"], started_load, p, child.rss.to_dict(), detail))
+            with contextlib.closing(self.table.box.admin.connect(self.table.database)) as conn:
+                conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+        summary = {variant_label(v): {
+            "seconds": sorted(round(ln.seconds, 2) for ln in self.lines if ln.detail.get("variant") == variant_label(v)),
+            "batches": sorted({ln.detail["batches"] for ln in self.lines if ln.detail.get("variant") == variant_label(v)}),
+            "peak_rss_mib": max((ln.rss.get("workers_total", 0) for ln in self.lines
+                                 if ln.detail.get("variant") == variant_label(v)), default=0)}
+            for v in variants}
+        self.facts["catch_up_variants"] = summary
+        print("  catch-up by variant:", json.dumps(summary), flush=True)
 
     def stream_paths(self, end: str) -> None:
         spec = {"kind": "pg_stream_paths", "cdc": asdict(self.table.box.cdc), "database": self.table.database,
@@ -636,6 +686,9 @@ def run(bench: Bench) -> None:
     if bench.args.chunk_sizes:
         compare_chunk_sizes(bench, bench.args.chunk_sizes)
         return
+    if bench.args.catch_up_variants:
+        bench.catch_up_variants(bench.snapshot(p, cpb), p, cpb, bench.args.catch_up_variants, bench.args.rounds)
+        return
     bench.raw_scan("raw scan, warm-up (psql COPY TO STDOUT)")
     bench.raw_scan("raw scan (psql COPY TO STDOUT)")
     bench.single_reader()
@@ -663,6 +716,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--write-rate", type=float, default=0.0,
                    help="single-row updates/s while ours snapshots (only with --chunk-sizes: the catch-up "
                         "phase counts the changes it expects)")
+    p.add_argument("--catch-up-variants", type=parse_variant, nargs="+", default=None, help="only the snapshot, "
+                   "then the catch-up of one burst three times with each of these source settings, alternating "
+                   "(each `key=value[;key=value]`, a value an integer or null; e.g. `log_readers=1 "
+                   "max_batch_bytes=null`; results in ...-catch-up-variants.json)")
+    p.add_argument("--rounds", type=int, default=3, help="runs of each --catch-up-variants variant")
     p.add_argument("--updates", type=int, default=UPDATES, help="row updates applied before the catch-up run")
     p.add_argument("--latency-rate", type=float, default=1000.0, help="single-row updates/s of the latency run")
     p.add_argument("--latency-seconds", type=float, default=30.0, help="how long the measured latency window is")
@@ -702,6 +760,11 @@ def main() -> None:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     lines, facts = bench.lines, bench.facts
+    if args.catch_up_variants:
+        out = RESULTS / f"postgres-{dt.date.today().isoformat()}-sf{args.scale}-catch-up-variants.json"
+        write_result(out, args, table.rows, load_start, lines, **facts)
+        print(f"wrote {out}")
+        return
     if args.chunk_sizes:
         write_chunk_sizes(RESULTS / f"postgres-{dt.date.today().isoformat()}-sf{args.scale}-chunk-sizes.json", args,
                           table.rows, lines, load_start)

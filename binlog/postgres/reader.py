@@ -60,9 +60,10 @@ log = logging.getLogger(__name__)
 STREAM_ROWS = 65_536  # changes turned into Arrow change rows at a time
 # A piece of a cut slice after the first also peeks the WAL before it for the relation
 # definitions (row changes cut to kind and relation): on 150k TPC-DS updates the server took
-# 0.26 s for that against 0.28 s for the whole messages, while decoding them here into change
-# rows and files costs about 3x the peek (/tmp experiment, 2026-11-29). So later pieces get less
-# WAL by this factor each (binlog.dialect.piece_offsets).
+# 0.26 s for that against 0.28 s for the whole messages, while turning the messages into change
+# rows and files costs several times the peek. So later pieces get less WAL by this factor each
+# (binlog.dialect.piece_offsets); in Spark's event log of a 300k-update catch-up cut in two, the
+# tasks took 1.60 and 1.64 s (docs/postgres.md, "A long catch-up slice").
 SKIP_COST = 0.2
 # The decoder: "columnar" (the job's), or "rows", the per-row reference kept for tests and for
 # benchmarks/postgres_bench.py's comparison (internal; not a config option).
