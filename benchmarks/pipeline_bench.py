@@ -422,10 +422,10 @@ class RssPeaks:
     by_role: dict[str, float] = field(default_factory=dict)  # the largest single process
     workers_total: float = 0.0  # the most RSS the Python workers held at one moment
     tree_total: float = 0.0  # the most RSS the whole tree held at one moment
-    mariadbd: float = 0.0  # the server's RSS, highest sample during the phase
+    server_rss: float = 0.0  # the server's RSS (its main process), highest sample during the phase
     cpu: dict[int, tuple[str, float]] = field(default_factory=dict)  # pid -> role, CPU seconds so far
     server_cpu: list[float] = field(default_factory=list)  # the server's CPU seconds, first and last sample
-    server: str = "mariadbd"  # the server's name in cpu_seconds()
+    server: str = "mariadbd"  # the server's name in cpu_seconds() and to_dict()
     sampled: list[float] = field(default_factory=list)  # monotonic time of the first and last sample
 
     def sample(self, root: int, server_pid: int | None) -> None:
@@ -450,15 +450,15 @@ class RssPeaks:
         self.workers_total = max(self.workers_total, workers)
         self.tree_total = max(self.tree_total, tree)
         if server_pid:
-            self.mariadbd = max(self.mariadbd, _status_kib(server_pid, "VmRSS") / 1024)
+            self.server_rss = max(self.server_rss, _status_kib(server_pid, "VmRSS") / 1024)
             with contextlib.suppress(psutil.Error):
                 now = _server_cpu(server_pid)
                 self.server_cpu = [self.server_cpu[0] if self.server_cpu else now, now]
 
     def to_dict(self) -> dict[str, float]:
         d: dict[str, float] = {k: round(v) for k, v in sorted(self.by_role.items())}
-        d.update(workers_total=round(self.workers_total), tree_total=round(self.tree_total),
-                 mariadbd=round(self.mariadbd))
+        d.update(workers_total=round(self.workers_total), tree_total=round(self.tree_total))
+        d[self.server] = round(self.server_rss)
         return d
 
     def cpu_seconds(self) -> dict[str, float]:

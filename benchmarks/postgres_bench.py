@@ -527,6 +527,7 @@ class Bench:
     def pipeline(self, slug: str, job: Path, p: int, cpb: int, trigger: str = "available-now",
                  slot: str = SLOT, source: dict[str, Any] | None = None) -> ChildPhase:
         spec = {"kind": "pipeline", "parallelism": p, "source": self.source(cpb, slot, source), "trigger": trigger,
+                "sink_options": self.args.sink_option,
                 "state_dir": str(job / "checkpoint_state"), "lake": str(job / "lake"),
                 "checkpoint": str(job / "checkpoint"), "query_id": job.name, "sink": "delta"}
         return ChildPhase(spec, self.work / f"{slug}.log", self.server_pid, server="postgres")
@@ -720,6 +721,8 @@ def parse_args() -> argparse.Namespace:
                    "then the catch-up of one burst three times with each of these source settings, alternating "
                    "(each `key=value[;key=value]`, a value an integer or null; e.g. `log_readers=1 "
                    "max_batch_bytes=null`; results in ...-catch-up-variants.json)")
+    p.add_argument("--sink-option", type=parse_variant, default={}, help="sink settings of ours, "
+                   "`key=value[;key=value]` (e.g. `register_tables=0`)")
     p.add_argument("--rounds", type=int, default=3, help="runs of each --catch-up-variants variant")
     p.add_argument("--updates", type=int, default=UPDATES, help="row updates applied before the catch-up run")
     p.add_argument("--latency-rate", type=float, default=1000.0, help="single-row updates/s of the latency run")

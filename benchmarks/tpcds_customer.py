@@ -556,7 +556,8 @@ def table_text(lines: list[Line]) -> str:
         jdbc = refs.get(f"jdbc{ln.parallelism}") or refs.get("jdbc2")
         rel = [f"{ln.rate / r.rate:.2f}x" if r is not None and ln.kind != "catch-up" else ""
                for r in (refs["limit"], refs["single"], jdbc)]
-        rss = [f"{ln.rss[k]:.0f}" if k in ln.rss else "" for k in RSS_COLUMNS]
+        server = next((k for k in SERVERS if k in ln.rss), "")
+        rss = [f"{ln.rss[k]:.0f}" if k in ln.rss else "" for k in (*RSS_COLUMNS[:-1], server)]
         out.append(f"{ln.name[:44]:<44} {ln.rows:>10,} {ln.seconds:>7.2f} {ln.rate:>9,.0f} {rel[0]:>6} "
                    f"{rel[1]:>7} {rel[2]:>6} {rss[0]:>6} {rss[1]:>7} {rss[2]:>5} {rss[3]:>6} {rss[4]:>7} "
                    f"{rss[5]:>6} {ln.load:>5}")
@@ -566,8 +567,10 @@ def table_text(lines: list[Line]) -> str:
 # The peak RSS columns (MiB, VmHWM; pipeline_bench.RssPeaks): the driver's Python process (it
 # commits the batches), the stream reader's planning process, the JVM (Spark's driver and
 # executors in local mode), the largest Python worker (executor tasks), all workers at one moment,
-# the database server (mariadbd; PostgreSQL's postmaster, whose per-connection processes it leaves out).
+# the database server (mariadbd; PostgreSQL's postmaster, whose per-connection processes it leaves out,
+# under the key ``postgres``).
 RSS_COLUMNS = ("driver", "source planner", "jvm", "python workers", "workers_total", "mariadbd")
+SERVERS = ("mariadbd", "postgres")  # the server column's key in a line's rss
 
 
 def verdict(lines: list[Line], facts: dict[str, Any]) -> dict[str, Any]:
