@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import numpy as np
+import psycopg
 import pyarrow as pa
 
 from binlog.dialect import ChangeRows, ChunkVersion
@@ -348,8 +349,8 @@ class PostgresLogReader:
         Read from a temporary copy of the job's slot (:func:`~server.copy_slot`): first up to
         ``cut``, then, the copy advanced to ``cut`` (fast-forward: the server skips the changes
         before it without decoding them), up to ``end``. So the piece runs beside the other
-        readers of the batch instead of taking turns on the job's slot, and the server formats
-        only its own piece's changes for sending. Logical decoding skips exactly the
+        readers of the batch instead of taking turns on the job's slot, and of the prefix only
+        the steering messages and the changes' kinds and relations are sent. Logical decoding skips exactly the
         transactions whose commit is before a slot's confirmed position (positions.py), so the
         copy's peek holds the transactions of ``[cut, end)``, all of each. Without a free slot on
         the server, both come from one peek of the job's slot.
@@ -357,8 +358,10 @@ class PostgresLogReader:
         d, conn = self.config, self.connection()
         copy = copy_slot(conn, d.slot)
         if copy is None:
-            log.warning("no free replication slot for a copy of %r (max_replication_slots): this piece of the "
-                        "slice peeks the job's slot, in turn with the other readers", d.slot)
+            log.warning("no free replication slot for a copy of %r: this piece of the slice peeks the job's slot, "
+                        "in turn with the other readers. Raise the server's max_replication_slots (one more per "
+                        "task a slice is cut for), or set source.log_readers: 1 to read each slice in one task",
+                        d.slot)
             whole = self._peek_job_slot(conn, end)
             return whole, whole
         try:
@@ -369,7 +372,10 @@ class PostgresLogReader:
             rows = conn.cursor(binary=True).execute(_PEEK_BINARY, (copy, format_lsn(end.lsn),
                                                                    d.publication_name)).fetchall()
         finally:
-            drop_slot(conn, copy)
+            try:
+                drop_slot(conn, copy)
+            except psycopg.Error as exc:  # the read's own error matters more; the session's end drops it
+                log.warning("could not drop the slot copy %s: %s", copy, exc)
         return MessageBlock.from_rows(before), MessageBlock.from_rows(rows)
 
     def _relation_versions(self, block: MessageBlock, kept: Scan, tables: list[TableId]) -> np.ndarray:
