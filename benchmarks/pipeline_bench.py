@@ -110,8 +110,9 @@ def pipeline_phase(spec: dict[str, Any]) -> dict[str, Any]:
     from cdc.app.config import parse_config
     from cdc.app.runner import JobRunner, catalog_dir, job_modules, jvm_merges
     from cdc.spark.commit import BatchCommitter
+    from cdc.spark.metrics import observed
     from cdc.spark.session import fork_free_checkpoints, local_session
-    from cdc.spark.source import SourceSpec, bound_source
+    from cdc.spark.source import SourceSpec, packed_job_source
 
     config = parse_config({"source": spec["source"],
                            "sink": {"type": "delta", "path": spec["lake"], **spec.get("sink_options", {})},
@@ -129,8 +130,9 @@ def pipeline_phase(spec: dict[str, Any]) -> dict[str, Any]:
     commit = sinks.delta.sink.commit_snapshot_files = _Timed(sinks.delta.sink.commit_snapshot_files)
     sink_write = sinks.delta.sink.commit_change_files = _Timed(sinks.delta.sink.commit_change_files)
     writer = BatchCommitter(schemas, opened)
-    source = bound_source(SourceSpec(runner.dialect, spec["state_dir"], spec["parallelism"],
-                                     tuple(s.writer() for s in opened)))
+    # the job's source (JobRunner._start): the packed class, with the tables the job checked
+    source = packed_job_source(SourceSpec(runner.dialect, spec["state_dir"], spec["parallelism"],
+                                          tuple(s.writer() for s in opened), schemas=schemas))
     spark.dataSource.register(source)
     prof = cProfile.Profile()
 
@@ -148,7 +150,7 @@ def pipeline_phase(spec: dict[str, Any]) -> dict[str, Any]:
 
     if not os.environ.get("SPARK_CDC_BENCH_SPARK_CHECKPOINTS"):
         fork_free_checkpoints(spark, spec["checkpoint"])  # as the job's query (JobRunner._start)
-    df = spark.readStream.format(source.name()).load()
+    df = observed(spark.readStream.format(source.name()).load())  # as the job's query
     stream = (df.writeStream.format("noop") if noop else df.writeStream.foreachBatch(write))
     stream = stream.option("checkpointLocation", spec["checkpoint"])
     trigger = spec["trigger"]
