@@ -150,7 +150,8 @@ def pipeline_phase(spec: dict[str, Any]) -> dict[str, Any]:
 
     if not os.environ.get("SPARK_CDC_BENCH_SPARK_CHECKPOINTS"):
         fork_free_checkpoints(spark, spec["checkpoint"])  # as the job's query (JobRunner._start)
-    df = observed(spark.readStream.format(source.name()).load())  # as the job's query
+    df = spark.readStream.format(source.name()).load()
+    df = df if noop else observed(df)  # as the job's query (the metrics read the manifests)
     stream = (df.writeStream.format("noop") if noop else df.writeStream.foreachBatch(write))
     stream = stream.option("checkpointLocation", spec["checkpoint"])
     trigger = spec["trigger"]
