@@ -613,7 +613,7 @@ class Bench:
         summary = {variant_label(v): {
             "seconds": sorted(round(ln.seconds, 2) for ln in self.lines if ln.detail.get("variant") == variant_label(v)),
             "batches": sorted({ln.detail["batches"] for ln in self.lines if ln.detail.get("variant") == variant_label(v)}),
-            "peak_rss_mib": max((ln.rss.get("workers_total", 0) for ln in self.lines
+            "peak_rss_mib": max((ln.rss.get("workers_total", 0) for ln in self.lines  # the workers' at once
                                  if ln.detail.get("variant") == variant_label(v)), default=0)}
             for v in variants}
         self.facts["catch_up_variants"] = summary
@@ -718,7 +718,7 @@ def parse_args() -> argparse.Namespace:
                    help="single-row updates/s while ours snapshots (only with --chunk-sizes: the catch-up "
                         "phase counts the changes it expects)")
     p.add_argument("--catch-up-variants", type=parse_variant, nargs="+", default=None, help="only the snapshot, "
-                   "then the catch-up of one burst three times with each of these source settings, alternating "
+                   "then the catch-up of one burst --rounds times with each of these source settings, alternating "
                    "(each `key=value[;key=value]`, a value an integer or null; e.g. `log_readers=1 "
                    "max_batch_bytes=null`; results in ...-catch-up-variants.json)")
     p.add_argument("--sink-option", type=parse_variant, default={}, help="sink settings of ours, "
