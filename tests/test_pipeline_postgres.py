@@ -135,10 +135,15 @@ def _lsn(conn: Any) -> LsnOffset:
     return LsnOffset.parse(conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()[0])
 
 
+def _offsets(p: PgPipeline) -> list[dict[str, Any]]:
+    """Every offset Spark logged for the query, in batch order."""
+    logged = sorted((f for f in (p.checkpoint / "offsets").iterdir() if f.name.isdigit()), key=lambda f: int(f.name))
+    return [json.loads(f.read_text().splitlines()[-1]) for f in logged]
+
+
 def _positions(p: PgPipeline) -> list[LsnOffset]:
     """The end position of every offset Spark logged for the query, in batch order."""
-    logged = sorted((f for f in (p.checkpoint / "offsets").iterdir() if f.name.isdigit()), key=lambda f: int(f.name))
-    return [LsnOffset.from_dict(json.loads(f.read_text().splitlines()[-1])["position"]) for f in logged]
+    return [LsnOffset.from_dict(o["position"]) for o in _offsets(p)]
 
 
 def _backlog(pipeline: PgPipeline, pg_admin: Any) -> tuple[int, int]:
@@ -311,9 +316,7 @@ def test_driver_killed_at_random_moments_is_exact(capped: bool, pipeline: PgPipe
     assert kills == 3
     check_all(pipeline)
     if capped:  # the batches that read only the log stayed under the cap, and some were long enough to cut
-        files = sorted((f for f in (pipeline.checkpoint / "offsets").iterdir() if f.name.isdigit()),
-                       key=lambda f: int(f.name))
-        logged = [json.loads(f.read_text().splitlines()[-1]) for f in files]
+        logged = _offsets(pipeline)
         slices = [(LsnOffset.from_dict(b["position"]).lsn - LsnOffset.from_dict(a["position"]).lsn)
                   for a, b in itertools.pairwise(logged) if not b["emit"] and not b["stage"]]
         assert slices and max(slices) <= 8192 and max(slices) >= 2 * 1024, slices
