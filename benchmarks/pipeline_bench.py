@@ -602,12 +602,29 @@ class ChildPhase:
 MARKER_BASE = 1_000_000_000  # markers are MARKER_BASE + sequence number (TPC-DS values are < 3M)
 
 
-def copy_job(job: Path, copy: Path) -> Path:
-    """A copy of a finished job's checkpoint, state directory and lake, for another run from there,
-    without the job's catalog: its names belong to the original's lake, and the copy's run would be
-    refused them (sinks.delta.catalog). The copy registers its own names, as a job's first start does."""
-    shutil.copytree(job, copy, ignore=lambda folder, names: ["catalog"] if folder.endswith("_state") else [])
-    return copy
+class JobCopies:
+    """Runs of one finished job, each from the state it had when this was made: a catch-up per
+    variant of the same backlog.
+
+    Every run happens in place, at the job's own paths, with its catalog: as a restart does, the
+    run finds its tables' names recorded there and asks the metastore nothing. (A copy elsewhere
+    would have to register its names at its own location, as a job's first start does: a Derby
+    metastore start and two ``CREATE TABLE``s beside its first batch, on the same two cores.)
+    Before every run but the first, the job's folder is put back from a copy made here.
+    """
+
+    def __init__(self, job: Path) -> None:
+        self.job, self.kept = job, job.with_name(f"{job.name}-kept")
+        shutil.copytree(job, self.kept)
+        self._runs = 0
+
+    def next(self) -> Path:
+        """The job's folder, as it was when this was made."""
+        if self._runs:
+            shutil.rmtree(self.job)
+            shutil.copytree(self.kept, self.job)
+        self._runs += 1
+        return self.job
 
 
 def apply_burst(admin: Any, table: Any, updates: int, per_statement: int = 1000) -> tuple[int, float]:

@@ -66,8 +66,8 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 from pipeline_bench import (
     ChildPhase,
+    JobCopies,
     MarkerWriter,
-    copy_job,
     emit,
     stop_when_caught_up,
     visibility,
@@ -555,19 +555,19 @@ class Bench:
         return str(row[0]) if row else "0/0"
 
     def catch_up(self, job: Path, p: int, cpb: int) -> None:
-        twin = self.work / f"{job.name}-rows"  # --decoders: the same job and slot, for the per-row decoder
+        copies = JobCopies(job) if self.args.decoders else None  # the per-row decoder's run: the same state
         with contextlib.closing(self.table.box.admin.connect(self.table.database)) as conn:
             if self.args.stream_paths:  # a second slot at the burst's start, for the read-path comparison
                 conn.execute("SELECT pg_create_logical_replication_slot('bench_paths', 'pgoutput')")
-            if self.args.decoders:
-                copy_job(job, twin)
+            if copies is not None:
                 conn.execute("SELECT pg_copy_logical_replication_slot(%s, 'bench_rows')", (SLOT,))
         changed, seconds = apply_updates(self.table.box.admin, self.table, self.args.updates)
         self.facts["burst"] = {"updates": changed, "seconds": round(seconds, 2),
                                "server_rows_per_s": round(changed / seconds)}
         end = self.lsn()
-        runs = [("columnar", job, SLOT)] + ([("rows", twin, "bench_rows")] if self.args.decoders else [])
-        for decoder, j, slot in runs:
+        runs = [("columnar", SLOT)] + ([("rows", "bench_rows")] if self.args.decoders else [])
+        for decoder, slot in runs:
+            j = job if copies is None else copies.next()
             with _decoder_env(decoder):
                 started_load, child = load(), self.pipeline(f"catch-up-p{p}-{decoder}", j, p, cpb, slot=slot)
             r = child.wait()
@@ -589,19 +589,19 @@ class Bench:
     def catch_up_variants(self, job: Path, p: int, cpb: int, variants: list[dict[str, Any]], rounds: int = 3) -> None:
         """``--catch-up-variants``: the same burst caught up ``rounds`` times with each variant of
         the source config in turn (alternating, so the machine's drift meets each), every run
-        from its own copy of the job and of its slot, both made before the burst."""
+        from the job's state before the burst (:class:`JobCopies`, in place) and its own copy of
+        the slot, made before the burst."""
         runs = [(i, r) for r in range(rounds) for i in range(len(variants))]
+        copies = JobCopies(job)
         with contextlib.closing(self.table.box.admin.connect(self.table.database)) as conn:
             for i, r in runs:
-                copy_job(job, self.work / f"{job.name}-v{i}-{r}")
                 conn.execute("SELECT pg_copy_logical_replication_slot(%s, %s)", (SLOT, f"bench_v{i}_{r}"))
         changed, seconds = apply_updates(self.table.box.admin, self.table, self.args.updates)
         self.facts["burst"] = {"updates": changed, "seconds": round(seconds, 2)}
         for i, r in runs:
             slot, label = f"bench_v{i}_{r}", variant_label(variants[i])
             started_load = load()
-            child = self.pipeline(f"catch-up-v{i}-{r}", self.work / f"{job.name}-v{i}-{r}", p, cpb, slot=slot,
-                                  source=variants[i])
+            child = self.pipeline(f"catch-up-v{i}-{r}", copies.next(), p, cpb, slot=slot, source=variants[i])
             res = child.wait()
             detail = _pipeline_detail(res)
             detail.update(expected_changes=changed, changes_ok=res["change_rows"] == changed, variant=label,

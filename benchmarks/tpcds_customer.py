@@ -70,9 +70,9 @@ from typing import Any, cast
 
 from pipeline_bench import (
     ChildPhase,
+    JobCopies,
     MarkerWriter,
     apply_burst,
-    copy_job,
     stop_when_caught_up,
     visibility,
 )
@@ -268,18 +268,19 @@ class Bench:
     def catch_up(self, job: Path, p: int, cpb: int, caps: list[int | str | None] | None = None,
                  decompose: bool = True) -> None:
         """A burst of updates, then one available-now run per ``source.max_batch_bytes`` in
-        ``caps`` (default: the job's default), each from a copy of ``job`` made before the burst."""
+        ``caps`` (default: the job's default), each from the job's state before the burst
+        (:class:`JobCopies`, in place)."""
         caps = caps or ["default"]
-        jobs = [job] + [copy_job(job, job.with_name(f"{job.name}-cap{i}")) for i in range(1, len(caps))]
+        copies = JobCopies(job) if len(caps) > 1 else None
         start = self.binlog_position()
         changed, seconds = apply_burst(self.table.box.admin, self.table, self.args.burst)
         self.facts["burst"] = {"updates": changed, "seconds": round(seconds, 2),
                                "server_rows_per_s": round(changed / seconds)}
         end = self.binlog_position()
         self.facts["burst"]["binlog"] = {"start": start, "end": end}
-        for cap, copy in zip(caps, jobs, strict=True):
-            spec = self.pipeline_spec(copy, p, cpb, max_batch_bytes=cap)
-            started_load, child = load(), self.start(f"catch-up-p{p}-{copy.name}", spec)
+        for i, cap in enumerate(caps):
+            spec = self.pipeline_spec(job if copies is None else copies.next(), p, cpb, max_batch_bytes=cap)
+            started_load, child = load(), self.start(f"catch-up-p{p}-cap{i}", spec)
             r = child.wait()
             detail = _pipeline_detail(r)
             detail.update(expected_changes=changed, changes_ok=r["change_rows"] == changed,
