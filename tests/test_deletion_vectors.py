@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 import re
 import struct
 from pathlib import Path
@@ -24,6 +25,8 @@ from sinks.delta import deletion_vectors
 from sinks.delta.config import DeltaSinkConfig, MaintenanceConfig
 from sinks.delta.deletion_vectors import CommitConflict, _commit, serialize, unused_files, z85
 from sinks.delta.engines import DeltaTables
+from sinks.delta.files import MIRROR_REMOVES, MIRROR_UPSERTS, write_change_files
+from sinks.delta.follower import merge_into_mirror
 from sinks.delta.maintenance import Maintainer
 from sinks.delta.tables import ensure_table
 
@@ -293,3 +296,86 @@ def test_a_checkpoint_follows_every_hundred_versions_whoever_wrote_them(tmp_path
         assert version - deletion_vectors._last_checkpoint(uri) < 5, f"version {version}: no checkpoint for 5 versions"
     assert cb.mirror_rows(sink, S) == cb.model_rows(model)
     assert cb.frozen_rows(cb.read_with_every_reader(uri)["duckdb"]) == cb.model_rows(model)
+
+
+def _pieces(rng: random.Random, live: dict[int, dict[str, Any]], pos: int) -> tuple[list[list[dict[str, Any]]], int]:
+    """One batch of random c/u/d events and primary-key updates over keys 0..23 and the
+    snapshot's, cut into 1-3 pieces at random points (a cut slice's tasks), each valid in turn."""
+    events = []
+    for _ in range(rng.randint(1, 20)):
+        pos += 1
+        key = rng.choice([*range(24), *range(100, 140)])
+        image = cb.row(S, (key,), c_int=rng.randint(0, 10**6), c_str=f"v{pos}")
+        if key not in live:
+            events.append(cb.event("c", None, image, pos))
+            live[key] = image
+        elif rng.random() < 0.2:
+            events.append(cb.event("d", live.pop(key), None, pos))
+        elif rng.random() < 0.25 and (moved := rng.randint(0, 23)) not in live:  # the key itself changes
+            image = cb.row(S, (moved,), c_int=key, c_str=f"moved{pos}")
+            events.append(cb.event("u", live.pop(key), image, pos))
+            live[moved] = image
+        else:
+            events.append(cb.event("u", live[key], image, pos))
+            live[key] = image
+    cuts = sorted(rng.sample(range(1, len(events)), min(rng.randint(0, 2), len(events) - 1)))
+    return [events[a:b] for a, b in zip([0, *cuts], [*cuts, len(events)], strict=True)], pos
+
+
+def test_the_tasks_reduced_pieces_merge_into_the_mirror_as_the_changelog_rows_would(
+    tmp_path: Path, spark: Any,
+) -> None:
+    """Each task stages its piece of a batch reduced per key (``write_mirror_effects``); the merge
+    adds the upsert files as they are and hides a key's row in an earlier piece's file when a
+    later piece (or a later batch of a coalesced merge) changes the key again."""
+    sink, model, rng = dv_tables(tmp_path), dict[Any, Any](), random.Random(5)
+    start(sink, S, [cb.row(S, (k,), c_int=k, c_str=f"s{k}") for k in range(100, 140)], model)
+    live, pos, upsert_files = {k[0]: dict(v) for k, v in model.items()}, 0, set()
+    mirror_dir = Path(sink.config.uri(S.table_id, "mirror"))
+    batch_id = 10
+    while batch_id < 40:
+        group = []  # one to three batches, merged as one (the follower coalesces a queue)
+        for _ in range(rng.randint(1, 3)):
+            pieces, pos = _pieces(rng, live, pos)
+            files = [f for piece in pieces
+                     for f in write_change_files(sink.config, S, cb.batch(S, piece), reduce=True)]
+            assert {f.stream for f in files} >= {"changes", MIRROR_UPSERTS} or any(
+                f.stream == MIRROR_REMOVES for f in files)
+            group.append(files)
+            upsert_files |= {f.path for f in files if f.stream == MIRROR_UPSERTS}
+            for piece in pieces:
+                cb.apply(model, S, piece)
+            batch_id += 1
+        how = merge_into_mirror(sink, S, group, batch_id - 1)
+        assert "reduced files of the tasks" in how, how
+        assert cb.mirror_rows(sink, S) == cb.model_rows(model), f"after batch {batch_id - 1}"
+        on_disk = {p.name for p in mirror_dir.glob("*.parquet")}
+        for f in (f for files in group for f in files if f.kind == "mirror"):
+            assert (f.path in on_disk) == (f.stream == MIRROR_UPSERTS), f"{f.stream} file {f.path} (kept or not)"
+    added = [a["add"] for a in log_actions(sink, S) if a.get("add", {}).get("path") in upsert_files]
+    assert {a["path"] for a in added} == upsert_files
+    assert any("deletionVector" in a and json.loads(a["stats"])["tightBounds"] is False for a in added), \
+        "some key recurred in a later piece: the earlier piece's file came with a deletion vector"
+    for reader, rows in cb.read_with_every_reader(str(mirror_dir), spark).items():
+        assert cb.frozen_rows(rows) == cb.model_rows(model), f"{reader} reads the mirror differently"
+
+    # a replay of the last batch adds nothing and leaves none of its files behind
+    replay = write_change_files(sink.config, S, cb.batch(S, [cb.event("u", model[(100,)], cb.row(S, (100,)), 1)]),
+                                reduce=True) if (100,) in model else []
+    if replay:
+        merge_into_mirror(sink, S, [replay], batch_id - 1)
+        assert cb.mirror_rows(sink, S) == cb.model_rows(model)
+        assert not (mirror_dir / replay[1].path).exists()
+
+    # a batch whose tasks did not all reduce (a task of an older writer): the changelog rows are
+    # merged, and the reduced files there are deleted
+    first, pos = _pieces(rng, live, pos)
+    second, pos = _pieces(rng, live, pos)
+    pieces = first + second
+    files = [f for i, piece in enumerate(pieces)
+             for f in write_change_files(sink.config, S, cb.batch(S, piece), reduce=i > 0)]
+    for piece in pieces:
+        cb.apply(model, S, piece)
+    assert "change rows read" in merge_into_mirror(sink, S, [files], batch_id)
+    assert cb.mirror_rows(sink, S) == cb.model_rows(model)
+    assert not any((mirror_dir / f.path).exists() for f in files if f.kind == "mirror")

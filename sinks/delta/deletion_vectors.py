@@ -10,7 +10,10 @@ a batch instead:
    the changed keys' current rows (rows an earlier deletion vector already hides are skipped: the
    positions this module's last commit left, or the table's deletion vectors when another writer
    committed since);
-2. writes the changed keys' new rows (not the deleted keys') to new files, in key order;
+2. writes the changed keys' new rows (not the deleted keys') to new files, in key order, or
+   (:meth:`DeletionVectorMerge.merge_staged`) adds the files of them that the stream's tasks
+   wrote (:func:`sinks.delta.files.write_mirror_effects`): the driver then reads key columns
+   alone, and a row of a key that a later task's file changes again is hidden in its own file;
 3. writes one deletion-vector file holding, for every touched file, its old deleted positions
    plus the new ones (Delta's format: a 64-bit portable RoaringBitmap per file, framed with its
    size and CRC-32);
@@ -43,6 +46,7 @@ import struct
 import time
 import uuid
 import zlib
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote
 
@@ -59,7 +63,15 @@ from cdc.model.schema import TableSchema
 from sinks.changes import DELETE_FLAG
 from sinks.delta.commits import MissingCommit, read_actions
 from sinks.delta.config import DeltaSinkConfig
-from sinks.delta.files import StagedFile, local_dir, write_file, write_table_file
+from sinks.delta.files import (
+    MIRROR_UPSERTS,
+    READ_THREADS,
+    StagedFile,
+    discard_files,
+    local_dir,
+    write_file,
+    write_table_file,
+)
 from sinks.delta.key_index import KeyIndex
 from sinks.delta.rewrite import UPSERT_FILE_ROWS, KeyRanges
 
@@ -132,6 +144,60 @@ class DeletionVectorMerge:
         Raises:
             CommitConflict: another writer took the version.
         """
+        key = schema.primary_key
+        assert key
+        keys = source.select(list(key)).cast(pa.schema([storage.field(k) for k in key]))
+        upserts = source.filter(pc.invert(source[DELETE_FLAG])).drop_columns([DELETE_FLAG]).cast(storage)
+        upserts = upserts.take(pc.sort_indices(upserts, sort_keys=[(k, "ascending") for k in key]))
+
+        def write(pool: concurrent.futures.ThreadPoolExecutor) -> list[tuple[StagedFile, np.ndarray]]:
+            return [(f, _EMPTY) for f in pool.map(
+                lambda at: write_table_file(self.config, schema, "mirror", upserts.slice(at, UPSERT_FILE_ROWS)),
+                range(0, upserts.num_rows, UPSERT_FILE_ROWS))]
+
+        self._apply(schema, table, keys, write, app, batch_id)
+
+    def merge_staged(self, schema: TableSchema, table: DeltaTable, files: list[StagedFile], storage: pa.Schema,
+                     app: str, batch_id: int) -> None:
+        """Apply the tasks' reduction of the batches (:func:`sinks.delta.files.write_mirror_effects`:
+        ``files``, in stream order) in one commit carrying ``(app, batch_id)``: the upsert files
+        are added as they are, and only key columns are read.
+
+        Each file is reduced within itself, but a key may recur in a later piece (the next task's
+        slice, the next batch of a coalesced merge): its row in an earlier upsert file is then
+        hidden by a deletion vector on that new file, as the last state wins.
+
+        Raises:
+            CommitConflict: another writer took the version.
+        """
+        key = schema.primary_key
+        assert key
+        root = local_dir(table.table_uri)
+        assert root is not None
+        key_schema = pa.schema([storage.field(k) for k in key])
+        with concurrent.futures.ThreadPoolExecutor(min(len(files), READ_THREADS)) as pool:
+            parts = list(pool.map(lambda f: pq.read_table(os.path.join(root, f.path), columns=list(key))
+                                  .cast(key_schema), files))
+        keys, superseded = pa.concat_tables(parts), [_EMPTY] * len(files)
+        if len(files) > 1:  # the last occurrence of each key wins; earlier ones are superseded
+            seq = np.arange(keys.num_rows, dtype=np.int64)
+            last = keys.append_column("_seq", pa.array(seq)).group_by(list(key), use_threads=False) \
+                .aggregate([("_seq", "max")])["_seq_max"].to_numpy()
+            lost = np.setdiff1d(seq, last, assume_unique=True)
+            starts = np.cumsum([0] + [p.num_rows for p in parts])
+            superseded = [lost[(lost >= starts[i]) & (lost < starts[i + 1])] - starts[i] for i in range(len(files))]
+            keys = keys.take(pa.array(np.sort(last)))  # each key once
+        new = [(f, hide) for f, hide in zip(files, superseded, strict=True) if f.stream == MIRROR_UPSERTS]
+        self._apply(schema, table, keys, lambda _: new, app, batch_id)
+        discard_files(self.config, schema, [f for f in files if f.stream != MIRROR_UPSERTS])
+
+    def _apply(self, schema: TableSchema, table: DeltaTable, keys: pa.Table,
+               new_files: Callable[[concurrent.futures.ThreadPoolExecutor], list[tuple[StagedFile, np.ndarray]]],
+               app: str, batch_id: int) -> None:
+        """Hide the current rows of ``keys`` (each key once) and add the files ``new_files``
+        gives (with the positions each must hide itself), in one commit.
+
+        ``new_files`` runs in the thread pool that finds the keys' positions, beside it."""
         began = time.perf_counter()
         key = schema.primary_key
         root = local_dir(table.table_uri)
@@ -141,7 +207,6 @@ class DeletionVectorMerge:
         files["num_records"] = [n if n is not None else pq.ParquetFile(os.path.join(root, unquote(p))).metadata.num_rows
                                 for p, n in zip(paths, files.get("num_records", []), strict=True)]
         hidden = self._hidden_rows(table, root)
-        keys = source.select(list(key)).cast(pa.schema([storage.field(k) for k in key]))
         ranges = KeyRanges(keys, key[0], files)
         full = [os.path.join(root, unquote(p)) for p in paths]
         self.keys.retain(root, set(full))
@@ -155,21 +220,19 @@ class DeletionVectorMerge:
             new = np.setdiff1d(found, hidden.get(paths[i], _EMPTY), assume_unique=True)
             return (i, new) if new.size else None
 
-        upserts = source.filter(pc.invert(source[DELETE_FLAG])).drop_columns([DELETE_FLAG]).cast(storage)
-        upserts = upserts.take(pc.sort_indices(upserts, sort_keys=[(k, "ascending") for k in key]))
         with concurrent.futures.ThreadPoolExecutor(max(1, min(len(paths), os.cpu_count() or 1))) as pool:
-            found = [f for f in pool.map(positions, range(len(paths))) if f is not None]
-            staged = list(pool.map(lambda at: write_table_file(self.config, schema, "mirror",
-                                                               upserts.slice(at, UPSERT_FILE_ROWS)),
-                                   range(0, upserts.num_rows, UPSERT_FILE_ROWS)))
-        deletes = {paths[i]: np.union1d(hidden.get(paths[i], _EMPTY), new) for i, new in found}
-        vectors = self._write_vectors(root, deletes)
+            found = pool.map(positions, range(len(paths)))
+            added = new_files(pool)
+            found_list = [f for f in found if f is not None]
+        deletes = {paths[i]: np.union1d(hidden.get(paths[i], _EMPTY), new) for i, new in found_list}
+        own = {f.path: hide for f, hide in added if hide.size}  # rows of a new file a later piece replaced
+        vectors = self._write_vectors(root, {**deletes, **own})
         old = self._current(table, root, {p: len(hidden[p]) for p in deletes if p in hidden})
         now = int(time.time() * 1000)
         actions: list[dict[str, Any]] = [
             {"commitInfo": {"timestamp": now, "operation": "MERGE", "clientVersion": "spark-cdc",
                             "operationParameters": {"predicate": "deletion vectors",
-                                                    "deletionVectors": str(len(deletes))}}},
+                                                    "deletionVectors": str(len(vectors))}}},
             {"txn": {"appId": app, "version": batch_id, "lastUpdated": now}},
         ]
         position = {p: i for i, p in enumerate(paths)}
@@ -179,15 +242,21 @@ class DeletionVectorMerge:
             actions.append({"add": {"path": path, "partitionValues": {}, "size": files["size_bytes"][i],
                                     "modificationTime": now, "dataChange": True, "stats": _wide_stats(files, i),
                                     "deletionVector": vectors[path]}})
-        actions += [{"add": _add(f)} for f in staged]
+        for f, _ in added:
+            add = _add(f)
+            if f.path in own:
+                add.update(stats=json.dumps({**json.loads(f.stats), "tightBounds": False}),
+                           deletionVector=vectors[f.path])
+            actions.append({"add": add})
         version = _commit_next(table, root, actions)
         self._descriptors.setdefault(table.table_uri, {}).update(vectors)
-        self._hidden[table.table_uri] = (version, {**hidden, **deletes})
+        self._hidden[table.table_uri] = (version, {**hidden, **deletes, **own})
         log.info("mirror of %s: batch %d as deletion vectors: %d rows hidden in %d of %d files (%d key columns "
-                 "read from disk), %d rows in %d new files; %.2f s", schema.table_id, batch_id,
-                 sum(int(v["cardinality"]) for v in vectors.values()) - sum(len(hidden.get(p, _EMPTY)) for p in deletes),
-                 len(deletes), len(paths), self.keys.reads - reads, upserts.num_rows, len(staged),
-                 time.perf_counter() - began)
+                 "read from disk), %d rows in %d new files (%d of them hidden: replaced in a later piece); %.2f s",
+                 schema.table_id, batch_id,
+                 sum(int(vectors[p]["cardinality"]) for p in deletes) - sum(len(hidden.get(p, _EMPTY)) for p in deletes),
+                 len(deletes), len(paths), self.keys.reads - reads, sum(f.num_records for f, _ in added), len(added),
+                 sum(len(h) for h in own.values()), time.perf_counter() - began)
 
     def _hidden_rows(self, table: DeltaTable, root: str) -> dict[str, np.ndarray]:
         """:func:`hidden_rows`, or what this merger's last commit left when the table is still at

@@ -11,7 +11,8 @@ mirror follower use it). Two engines write the same tables:
 ``engine: auto`` picks delta-spark when it is available, else delta-rs.
 
 Mirror writes (per batch, per table): the batch is reduced to the last state of each touched key
-(:func:`sinks.changes.mirror_changes`, vectorized), then applied in one MERGE on the primary-key
+(:func:`sinks.changes.mirror_changes`, vectorized; for a mirror with deletion vectors the stream's
+tasks did that already: :meth:`DeltaTables.merge_staged`), then applied in one MERGE on the primary-key
 columns: deleted keys are removed, the others updated or inserted. ``snapshot_append=True`` lets
 an all-``r`` batch be appended instead (cheaper; the caller vouches that its keys are not in the
 mirror yet). Changelog writes append every event as it came. Each write is one Delta commit
@@ -45,6 +46,7 @@ from sinks.delta.config import DeltaSinkConfig
 from sinks.delta.deletion_vectors import DeletionVectorMerge
 from sinks.delta.deletion_vectors import enabled as deletion_vectors_enabled
 from sinks.delta.evolve import ensure_table
+from sinks.delta.files import StagedFile, discard_files
 from sinks.delta.rewrite import rewrite_all
 from sinks.delta.tables import (
     TableKind,
@@ -124,6 +126,27 @@ class DeltaTables:
         batch = changelog_rows(normalize(changes, schema), schema, version)
         return self._writer.write_changelog(schema, batch, self.app_id, batch_id)
 
+    def reduces_in_tasks(self, schema: TableSchema) -> bool:
+        """Whether the mirror of ``schema`` merges the tasks' reduction of its change rows
+        (:meth:`merge_staged`): a table with a primary key, whose mirror exists and has deletion
+        vectors, written by delta-rs."""
+        if not isinstance(self._writer, DeltaRsWriter) or not schema.primary_key:
+            return False
+        table = open_table(self.config.uri(schema.table_id, "mirror"), self.config.storage_options)
+        return table is not None and deletion_vectors_enabled(table)
+
+    def merge_staged(self, schema: TableSchema, files: list[StagedFile], batch_id: int) -> bool | None:
+        """Apply the tasks' reduction of one or more batches (their mirror files, in stream order,
+        :func:`sinks.delta.files.write_mirror_effects`) to the mirror. True when it committed,
+        False when the mirror already held ``batch_id`` (the files are then deleted), None when
+        this mirror cannot take them (:meth:`reduces_in_tasks`: the caller merges the changelog's
+        rows instead, and the files are deleted)."""
+        done = self._writer.merge_staged(schema, files, self.app_id, batch_id) \
+            if isinstance(self._writer, DeltaRsWriter) and schema.primary_key else None
+        if not done:
+            discard_files(self.config, schema, files)
+        return done
+
     def batch_version(self, table_id: TableId, kind: TableKind) -> int | None:
         """The newest batch the mirror or changelog holds (its app transaction); None: none."""
         table = open_table(self.config.uri(table_id, kind), self.config.storage_options)
@@ -191,6 +214,17 @@ class DeltaRsWriter:
             return True  # every file held a changed key: rewritten file by file, in parallel
         _merge(table, source, key, storage.names, props, null_safe=not schema.primary_key)
         ensure_marked(table, app, batch_id)
+        return True
+
+    def merge_staged(self, schema: TableSchema, files: list[StagedFile], app: str, batch_id: int) -> bool | None:
+        """:meth:`DeltaTables.merge_staged` (True, False or None as there)."""
+        storage = mirror_schema(schema)
+        table = self._table(schema, "mirror", storage)
+        if not deletion_vectors_enabled(table):
+            return None
+        if is_committed(table, app, batch_id):
+            return False
+        self._vectors.merge_staged(schema, table, files, storage, app, batch_id)
         return True
 
     def write_changelog(self, schema: TableSchema, batch: pa.Table, app: str, batch_id: int) -> bool:

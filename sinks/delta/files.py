@@ -49,9 +49,11 @@ from cdc.model.history import tagged_schema
 from cdc.model.schema import TableSchema, schema_from_dict, schema_to_dict
 from sinks.base import SinkWriter, StreamKind
 from sinks.changes import (
+    DELETE_FLAG,
     changelog_rows,
     changelog_schema,
     conform,
+    mirror_changes,
     mirror_schema,
     normalize,
     snapshot_rows,
@@ -68,6 +70,9 @@ from sinks.delta.tables import (
 
 _STRING_STATS_PREFIX = 32
 READ_THREADS = 4  # change files read at once by the driver
+# the streams of the mirror files a change-writing task stages beside its changelog file
+# (write_mirror_effects): its keys' new rows, and its removed keys' last rows
+MIRROR_UPSERTS, MIRROR_REMOVES = "mirror-upserts", "mirror-removes"
 _EPOCH = datetime(1970, 1, 1)
 
 
@@ -83,8 +88,10 @@ class StagedFile:
         modification_time: epoch milliseconds.
         stats: Delta statistics JSON.
         num_records: rows in the file.
-        stream: ``snapshot`` (``r`` rows, committed by :func:`commit_snapshot_files`) or
-            ``changes`` (binlog change rows of the changelog, :func:`commit_change_files`).
+        stream: ``snapshot`` (``r`` rows, committed by :func:`commit_snapshot_files`),
+            ``changes`` (log change rows of the changelog, :func:`commit_change_files`), or
+            :data:`MIRROR_UPSERTS` / :data:`MIRROR_REMOVES` (mirror files of the same rows
+            reduced per key: :func:`write_mirror_effects`).
         version: the source table's schema version the rows were written under.
         schema: the sink schema the file was written with, when the rows said (after a DDL:
             the driver evolves the tables to it before committing the file).
@@ -124,10 +131,13 @@ class DeltaFileWriter(SinkWriter):
 
     Args:
         config: the sink configuration (picklable; storage options stay out of ``repr``).
+        reduced_mirrors: the tables (``db.table``) whose change rows are also staged reduced
+            per key, as the mirror files its merge adds (:func:`write_mirror_effects`).
     """
 
-    def __init__(self, config: DeltaSinkConfig) -> None:
+    def __init__(self, config: DeltaSinkConfig, reduced_mirrors: frozenset[str] = frozenset()) -> None:
         self.config = config
+        self.reduced_mirrors = reduced_mirrors
 
     def __repr__(self) -> str:
         return f"DeltaFileWriter({self.config.path!r})"
@@ -139,15 +149,19 @@ class DeltaFileWriter(SinkWriter):
         version = 0
         if tagged is not None:
             schema, version = tagged
-        files = write_change_files(self.config, schema, rows, version) if stream == "changes" else \
-            write_snapshot_files(self.config, schema, rows, version)
+        if stream == "changes":
+            files = write_change_files(self.config, schema, rows, version,
+                                       reduce=str(schema.table_id) in self.reduced_mirrors)
+        else:
+            files = write_snapshot_files(self.config, schema, rows, version)
         record = schema_to_dict(schema) if tagged is not None and version else None
         return [replace(f, version=version, schema=record).to_dict() for f in files]
 
 
 def write_change_files(config: DeltaSinkConfig, schema: TableSchema, changes: pa.Table,
-                       version: int = 0) -> list[StagedFile]:
-    """Executor side: write binlog change rows (c/u/d, stream order) as one changelog file.
+                       version: int = 0, *, reduce: bool = False) -> list[StagedFile]:
+    """Executor side: write log change rows (c/u/d, stream order) as one changelog file, and
+    with ``reduce`` (a table with a primary key) their mirror files (:func:`write_mirror_effects`).
 
     Raises:
         InvalidChangeBatch: the rows break the change-batch contract.
@@ -156,11 +170,54 @@ def write_change_files(config: DeltaSinkConfig, schema: TableSchema, changes: pa
     if batch.num_rows == 0:
         return []
     staged = write_table_file(config, schema, "changelog", changelog_rows(batch, schema, version))
-    return [replace(staged, stream="changes")]
+    reduced = write_mirror_effects(config, schema, batch) if reduce and schema.primary_key else []
+    return [replace(staged, stream="changes"), *reduced]
+
+
+def write_mirror_effects(config: DeltaSinkConfig, schema: TableSchema, batch: pa.Table) -> list[StagedFile]:
+    """Executor side: a normalized change batch reduced to its keys' last state
+    (:func:`sinks.changes.mirror_changes`), as up to two files in the mirror's directory:
+
+    * :data:`MIRROR_UPSERTS`: the rows of the keys that end the batch present, in key order,
+      in the mirror's storage schema: the mirror's deletion-vector merge adds this file as it is
+      (:meth:`sinks.delta.deletion_vectors.DeletionVectorMerge.merge_staged`);
+    * :data:`MIRROR_REMOVES`: the last rows of the keys that end it removed; the merge reads their
+      keys and never commits the file.
+
+    The reduction is then done by the tasks, in parallel, and the driver reads key columns alone
+    instead of the changelog's rows. Neither file is part of any Delta version until the merge.
+    """
+    key = schema.primary_key
+    effects = mirror_changes(batch, key, mirror_schema(schema))
+    removed = effects[DELETE_FLAG]
+    out = []
+    for stream, mask in ((MIRROR_UPSERTS, pc.invert(removed)), (MIRROR_REMOVES, removed)):
+        rows = effects.filter(mask).drop_columns([DELETE_FLAG])
+        if rows.num_rows:
+            if stream == MIRROR_UPSERTS:
+                rows = rows.take(pc.sort_indices(rows, sort_keys=[(k, "ascending") for k in key]))
+            out.append(replace(write_table_file(config, schema, "mirror", rows), stream=stream))
+    return out
+
+
+def discard_files(config: DeltaSinkConfig, schema: TableSchema, files: Iterable[StagedFile]) -> None:
+    """Delete staged files that no commit will reference (driver). A file already gone is fine;
+    one this misses (the process died first) is an orphan for ``VACUUM``, as any uncommitted file."""
+    for f in files:
+        uri = config.uri(schema.table_id, f.kind)
+        local = local_dir(uri)
+        try:
+            if local is not None:
+                os.remove(os.path.join(local, f.path))
+            else:
+                pafs.PyFileSystem(DeltaStorageHandler(uri, config.storage_options or None)).delete_file(f.path)
+        except FileNotFoundError:
+            pass
 
 
 def read_change_files(config: DeltaSinkConfig, schema: TableSchema, files: Iterable[StagedFile]) -> pa.Table:
-    """Driver side: the change rows of ``files`` (changelog layout), in the given order.
+    """Driver side: the change rows of ``files`` (changelog layout), in the given order (the
+    batch's mirror files among them are left out).
 
     Files are read in parallel threads (Parquet decoding releases the GIL); a catch-up batch
     has dozens of them.
@@ -171,7 +228,7 @@ def read_change_files(config: DeltaSinkConfig, schema: TableSchema, files: Itera
         pafs.PyFileSystem(DeltaStorageHandler(uri, config.storage_options or None))
     root = local if local is not None else ""
     storage = changelog_schema(schema)
-    paths = [os.path.join(root, f.path) for f in files]
+    paths = [os.path.join(root, f.path) for f in files if f.kind == "changelog"]
     if not paths:
         return storage.empty_table()
     with concurrent.futures.ThreadPoolExecutor(min(len(paths), READ_THREADS)) as pool:

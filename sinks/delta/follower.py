@@ -5,7 +5,8 @@ the whole mirror: about 3 s per batch for TPC-DS customer at SF100 (2M rows) her
 batch changes 300 rows or 3,000. Run inline, that cost sits between every batch and the next,
 and so in the visibility latency of every change, in the changelog too.
 
-So a batch commits its changelog rows inline (tens of milliseconds) and hands its change rows to
+So a batch commits its changelog rows inline (tens of milliseconds) and hands its change files
+(and the tasks' reduction of them, :func:`merge_into_mirror`) to
 :class:`MirrorFollower`, whose thread MERGEs whatever has queued since its last MERGE as one
 batch, committed with the app transaction of the newest batch it contains. The queue is ordered,
 and the last image per key of several batches in order is the last image of their union, so a
@@ -37,7 +38,7 @@ from cdc.model.schema import TableId, TableSchema
 from sinks.changes import changelog_schema, conform
 from sinks.delta.commits import MissingCommit, commits_newest_first, table_fs
 from sinks.delta.engines import DeltaTables
-from sinks.delta.files import StagedFile, read_change_files
+from sinks.delta.files import StagedFile, discard_files, read_change_files
 from sinks.delta.maintenance import Maintainer
 
 log = logging.getLogger(__name__)
@@ -162,20 +163,13 @@ class MirrorFollower:
         self.hooks.reached("mirror")
         last = work[-1][0]
         for table_id, schema in list(self.schemas.items()):  # the sink may evolve one meanwhile
-            began = time.perf_counter()
-            parts = [self._rows(schema, changes[table_id]) for _, changes in work if table_id in changes]
+            parts = [changes[table_id] for _, changes in work if table_id in changes]
             if parts:
-                rows = pa.concat_tables(parts)
-                read = time.perf_counter() - began
-                self.sink.write_mirror(schema, rows, last)
-                log.info("mirror of %s follows batches %d..%d: %d change rows, read in %.2f s, merged in %.2f s",
-                         table_id, work[0][0], last, rows.num_rows, read, time.perf_counter() - began - read)
+                began = time.perf_counter()
+                how = merge_into_mirror(self.sink, schema, parts, last)
+                log.info("mirror of %s follows batches %d..%d: %s in %.2f s", table_id, work[0][0], last, how,
+                         time.perf_counter() - began)
         self.merges += 1
-
-    def _rows(self, schema: TableSchema, changes: pa.Table | list[StagedFile]) -> pa.Table:
-        if isinstance(changes, pa.Table):
-            return changes
-        return read_change_files(self.sink.config, schema, changes)  # here, not in the batch
 
     def _mirror_version(self, schema: TableSchema) -> int:
         try:
@@ -187,8 +181,36 @@ class MirrorFollower:
         return -1 if version is None else int(version)
 
 
+def merge_into_mirror(sink: DeltaTables, schema: TableSchema, parts: list[pa.Table | list[StagedFile]],
+                      last: int) -> str:
+    """Apply one or more batches' changes of a table to its mirror, as batch ``last``; says how.
+
+    When the tasks staged every part reduced per key (:func:`sinks.delta.files.write_mirror_effects`)
+    and the mirror takes that (:meth:`DeltaTables.merge_staged`), their files are merged; else the
+    changelog files' rows are read here (not in the batch) and merged, and the reduced files are
+    deleted."""
+    staged = [f for part in parts if not isinstance(part, pa.Table) for f in part if f.kind == "mirror"]
+    complete = all(not isinstance(part, pa.Table) and _reduced_everywhere(part) for part in parts)
+    if staged and complete and sink.merge_staged(schema, staged, last) is not None:
+        return f"{len(staged)} reduced files of the tasks, {sum(f.num_records for f in staged)} rows"
+    if staged and not complete:
+        discard_files(sink.config, schema, staged)
+    began = time.perf_counter()
+    rows = pa.concat_tables([p if isinstance(p, pa.Table) else read_change_files(sink.config, schema, p)
+                             for p in parts])
+    read = time.perf_counter() - began
+    sink.write_mirror(schema, rows, last)
+    return f"{rows.num_rows} change rows read in {read:.2f} s"
+
+
+def _reduced_everywhere(files: list[StagedFile]) -> bool:
+    """Whether every changelog file of a batch has its reduced mirror files (they follow it)."""
+    return all(i + 1 < len(files) and files[i + 1].kind == "mirror" for i, f in enumerate(files) if f.kind == "changelog")
+
+
 def _rows_in(changes: Changes) -> int:
-    return sum(c.num_rows if isinstance(c, pa.Table) else sum(f.num_records for f in c) for c in changes.values())
+    return sum(c.num_rows if isinstance(c, pa.Table) else sum(f.num_records for f in c if f.kind == "changelog")
+               for c in changes.values())
 
 
 def _groups(work: list[tuple[int, Changes]], max_rows: int) -> list[list[tuple[int, Changes]]]:

@@ -1,7 +1,8 @@
 """The Delta sink (``type: delta``): the Sink contract over a mirror and a changelog per table.
 
 Executor side (:class:`~sinks.delta.files.DeltaFileWriter`): snapshot rows become Parquet files
-of the mirror and the changelog, change rows files of the changelog, written under each table's
+of the mirror and the changelog, change rows files of the changelog (and, for a mirror with
+deletion vectors, mirror files of the same rows reduced per key), written under each table's
 directory and not yet part of any Delta version.
 
 Driver side (:class:`DeltaSink`), once per batch:
@@ -50,9 +51,8 @@ from sinks.delta.files import (
     StagedFile,
     commit_change_files,
     commit_snapshot_files,
-    read_change_files,
 )
-from sinks.delta.follower import MirrorFollower
+from sinks.delta.follower import MirrorFollower, merge_into_mirror
 from sinks.delta.maintenance import Maintainer
 from sinks.delta.restage import restage
 from sinks.delta.tables import count_rows, open_table
@@ -82,7 +82,10 @@ class DeltaSink(Sink):
         return f"delta at {self.delta.path} ({self.tables.engine_name})"
 
     def writer(self) -> SinkWriter:
-        return DeltaFileWriter(self.delta)
+        """The tasks' writer; after :meth:`open`, it also stages the change rows reduced per key for
+        the mirrors that merge that (:meth:`DeltaTables.reduces_in_tasks`)."""
+        reduced = frozenset(str(t) for t, s in self.current.items() if self.tables.reduces_in_tasks(s))
+        return DeltaFileWriter(self.delta, reduced)
 
     def open(self, schemas: dict[TableId, TableSchema]) -> None:
         register = False
@@ -170,13 +173,14 @@ class DeltaSink(Sink):
             snapshot = self._commit_snapshot(batch, batch_id)
             if snapshot:
                 self.hooks.reached("sink_commit")  # crash tests: snapshot committed, changes not yet
-            changes = [StagedFile.from_dict(d) for d in staged_files(batch.changes)]
-            written = bool(changes) and commit_change_files(self.delta, batch.schema, changes, self.job_id, batch_id)
+            changes = [StagedFile.from_dict(d) for d in staged_files(batch.changes)]  # and their mirror files
+            changelog = [f for f in changes if f.kind == "changelog"]
+            written = bool(changelog) and commit_change_files(self.delta, batch.schema, changelog, self.job_id,
+                                                              batch_id)
             if written:
                 self.hooks.reached("sink_commit")  # crash tests: changelog committed, mirror not yet
             if changes and self.follower is None:
-                rows = read_change_files(self.delta, batch.schema, changes)
-                self.tables.write_mirror(batch.schema, rows, batch_id)
+                merge_into_mirror(self.tables, batch.schema, [changes], batch_id)
             elif changes:
                 follow[batch.schema.table_id] = changes
             out.append(Committed(str(batch.schema.table_id), snapshot, written))
