@@ -113,7 +113,7 @@ def test_postgres_cuts_are_wal_positions_that_shrink_by_the_skip_cost() -> None:
 def test_a_postgres_batch_ends_max_bytes_of_wal_on() -> None:
     d = PostgresDialect(PostgresSourceConfig(hostname="h", username="u", password="p", database="db",
                                              tables=["public\\..*"]))
-    assert d.max_batch_bytes() == 128 * 1024 * 1024
+    assert d.max_batch_bytes() == 256 * 1024 * 1024
     start = LsnOffset(7 << 32 | 0xFFFFFF00)
     assert d.capped_end(lambda: None, start, LsnOffset(start.lsn + 1000), 1000) == LsnOffset(start.lsn + 1000)
     assert d.capped_end(lambda: None, start, LsnOffset(start.lsn + 1001), 1000) == LsnOffset(start.lsn + 1000)

@@ -56,12 +56,15 @@ class MySqlSourceConfig(SourceConfig):
     stream_split_bytes: int = Field(default=16 * 1024 * 1024, gt=0, description="a catch-up batch's binlog "
                                     "slice is read by several tasks (up to `parallelism`, one server id each) "
                                     "when it holds at least twice this many bytes; each decodes its own piece")
-    # 32 MiB keeps the driver under 1 GB: a 2M-update backlog (TPC-DS SF100, 2026-11-26) ran at 93k
-    # changes/s with the driver's peak at 871 MiB, against 104k at 1,238 MiB (64 MiB), 110k at
-    # 1,873 MiB (128 MiB) and 96k at 2,395 MiB (256 MiB); a 300k-update catch-up took 7.0-7.2 s at
-    # each cap (benchmarks/tpcds_customer.py --max-batch-bytes).
+    # 64 MiB: with the mirror's deletion vectors (the default) the stream's tasks write the mirror's
+    # new rows and the driver reads key columns alone, so its peak no longer follows the cap: a
+    # 2M-update backlog (TPC-DS SF100, 2026-11-29) ran at 177k changes/s with the driver at 430 MiB,
+    # against 119k at 399 MiB (32 MiB, the default before) and 192k at 454 MiB (128 MiB); a 300k-update
+    # catch-up took 3.75-3.86 s against 4.52-4.80 s at 32 MiB (benchmarks/tpcds_customer.py
+    # --max-batch-bytes). A copy-on-write mirror's MERGE still reads the changes into the driver:
+    # 1,238 MiB at 64 MiB, 871 MiB at 32 MiB (2026-11-26).
     max_batch_bytes: int | None = Field(
-        default=32 * 1024 * 1024, gt=0, description="the most binlog bytes one batch reads: when the "
+        default=64 * 1024 * 1024, gt=0, description="the most binlog bytes one batch reads: when the "
         "binlog from the last batch's end to the server's end holds more (a backlog, a catch-up), the "
         "batch ends this many bytes on (counted across files) and the next batch continues there; each "
         "transaction belongs to the batch it begins in. Bounds a batch's work and the rows it brings to the sinks; "

@@ -52,13 +52,14 @@ class PostgresSourceConfig(SourceConfig):
                                     "first decodes its piece from a temporary copy of the slot (one more slot "
                                     "each, within `max_replication_slots`; without a free one it peeks the "
                                     "job's slot)")
-    # 128 MiB: a 2M-update backlog (TPC-DS SF100, 2026-11-29) ran at 109k changes/s with the driver's
-    # peak at 858 MiB, against 69k at 513 MiB (32 MiB), 81k at 691 MiB (64 MiB), 128k at 1,263 MiB
-    # (256 MiB) and 105k at 2,858 MiB uncapped (benchmarks/postgres_bench.py --catch-up-variants). Small
+    # 256 MiB: a 2M-update backlog (TPC-DS SF100, 2026-11-29) ran at 126-134k changes/s with the
+    # driver's peak at 479-488 MiB, against 103-111k at 441-465 MiB (128 MiB, the default before); the
+    # mirror's deletion vectors (the default) keep the driver's peak off the cap since the stream's tasks
+    # write the mirror's new rows (a copy-on-write mirror: 1,263 MiB at 256 MiB, 858 MiB at 128). Small
     # batches cost Postgres more than MySQL: each batch's peek decodes from the slot's restart point,
     # which a backlog written in a burst does not move (docs/postgres.md, "Bounded batches").
     max_batch_bytes: int | None = Field(
-        default=128 * 1024 * 1024, gt=0, description="the most WAL bytes one batch reads: when the WAL from the "
+        default=256 * 1024 * 1024, gt=0, description="the most WAL bytes one batch reads: when the WAL from the "
         "last batch's end to the server's flush position holds more (a backlog, a catch-up), the batch ends this "
         "many bytes on and the next batch continues there; each transaction belongs to the batch its commit "
         "lies in (a transaction larger than this is still read whole). Bounds a batch's memory and the rows it "
