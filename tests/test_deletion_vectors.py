@@ -11,6 +11,7 @@ import os
 import random
 import re
 import struct
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import pyarrow as pa
 import pytest
 from pydantic import ValidationError
 
+from cdc.model.schema import TableId
 from sinks.changes import mirror_schema
 from sinks.delta import deletion_vectors
 from sinks.delta.config import DeltaSinkConfig, MaintenanceConfig
@@ -28,13 +30,14 @@ from sinks.delta.engines import DeltaTables
 from sinks.delta.files import MIRROR_REMOVES, MIRROR_UPSERTS, write_change_files
 from sinks.delta.follower import merge_into_mirror
 from sinks.delta.maintenance import Maintainer
+from sinks.delta.sink import DeltaSink
 from sinks.delta.tables import ensure_table
 
 S, C = cb.SINGLE_KEY, cb.COMPOSITE_KEY
 
 
-def dv_tables(tmp_path: Path, **maintenance: Any) -> DeltaTables:
-    config = DeltaSinkConfig(path=str(tmp_path / "lake"), engine="delta-rs", deletion_vectors=True,
+def dv_tables(tmp_path: Path, vectors: bool = True, **maintenance: Any) -> DeltaTables:
+    config = DeltaSinkConfig(path=str(tmp_path / "lake"), engine="delta-rs", deletion_vectors=vectors,
                              maintenance=MaintenanceConfig.model_construct(**{"every": 0, **maintenance}))
     return DeltaTables(config, query_id="q")
 
@@ -44,15 +47,16 @@ def log_actions(sink: DeltaTables, schema: Any) -> list[dict[str, Any]]:
     return [json.loads(line) for f in sorted(folder.glob("*.json")) for line in f.read_text().splitlines() if line]
 
 
-def start(sink: DeltaTables, schema: Any, rows: list[dict[str, Any]], model: dict[Any, Any]) -> None:
-    """A snapshot in four files, then the job's open: deletion vectors enabled."""
+def start(sink: DeltaTables, schema: Any, rows: list[dict[str, Any]], model: dict[Any, Any],
+          vectors: bool = True) -> None:
+    """A snapshot in four files, then the job's open: deletion vectors enabled (or not)."""
     for part in range(4):
         events = [cb.event("r", None, r, 1) for r in rows[part::4]]
         cb.write_batch(sink, schema, cb.batch(schema, events), part, snapshot_append=True)
         cb.apply(model, schema, events)
     Maintainer(sink).prepare_mirror(schema.table_id)
     features = deltalake.DeltaTable(sink.config.uri(schema.table_id, "mirror")).protocol().reader_features or []
-    assert "deletionVectors" in features
+    assert ("deletionVectors" in features) == vectors
 
 
 def test_z85_and_the_bitmap_format_match_the_delta_protocol_examples() -> None:
@@ -322,14 +326,18 @@ def _pieces(rng: random.Random, live: dict[int, dict[str, Any]], pos: int) -> tu
     return [events[a:b] for a, b in zip([0, *cuts], [*cuts, len(events)], strict=True)], pos
 
 
+@pytest.mark.parametrize("vectors", [True, False], ids=["deletion-vectors", "copy-on-write"])
 def test_the_tasks_reduced_pieces_merge_into_the_mirror_as_the_changelog_rows_would(
-    tmp_path: Path, spark: Any,
+    tmp_path: Path, spark: Any, vectors: bool,
 ) -> None:
-    """Each task stages its piece of a batch reduced per key (``write_mirror_effects``); the merge
-    adds the upsert files as they are and hides a key's row in an earlier piece's file when a
-    later piece (or a later batch of a coalesced merge) changes the key again."""
-    sink, model, rng = dv_tables(tmp_path), dict[Any, Any](), random.Random(5)
-    start(sink, S, [cb.row(S, (k,), c_int=k, c_str=f"s{k}") for k in range(100, 140)], model)
+    """Each task stages its piece of a batch reduced per key (``write_mirror_effects``). With
+    deletion vectors the merge adds the upsert files as they are and hides a key's row in an
+    earlier piece's file when a later piece (or a later batch of a coalesced merge) changes the
+    key again. A copy-on-write mirror does not take them (the job's writer stages none for it:
+    measured, that was slower): the changelog's rows are merged. Either way the files that no
+    commit references are deleted."""
+    sink, model, rng = dv_tables(tmp_path, vectors=vectors), dict[Any, Any](), random.Random(5)
+    start(sink, S, [cb.row(S, (k,), c_int=k, c_str=f"s{k}") for k in range(100, 140)], model, vectors=vectors)
     live, pos, upsert_files = {k[0]: dict(v) for k, v in model.items()}, 0, set()
     mirror_dir = Path(sink.config.uri(S.table_id, "mirror"))
     batch_id = 10
@@ -347,25 +355,29 @@ def test_the_tasks_reduced_pieces_merge_into_the_mirror_as_the_changelog_rows_wo
                 cb.apply(model, S, piece)
             batch_id += 1
         how = merge_into_mirror(sink, S, group, batch_id - 1)
-        assert "reduced files of the tasks" in how, how
+        assert ("reduced files of the tasks" if vectors else "change rows read") in how, how
         assert cb.mirror_rows(sink, S) == cb.model_rows(model), f"after batch {batch_id - 1}"
         on_disk = {p.name for p in mirror_dir.glob("*.parquet")}
         for f in (f for files in group for f in files if f.kind == "mirror"):
-            assert (f.path in on_disk) == (f.stream == MIRROR_UPSERTS), f"{f.stream} file {f.path} (kept or not)"
+            kept = vectors and f.stream == MIRROR_UPSERTS
+            assert (f.path in on_disk) == kept, f"{f.stream} file {f.path} (kept or not)"
     added = [a["add"] for a in log_actions(sink, S) if a.get("add", {}).get("path") in upsert_files]
-    assert {a["path"] for a in added} == upsert_files
-    assert any("deletionVector" in a and json.loads(a["stats"])["tightBounds"] is False for a in added), \
-        "some key recurred in a later piece: the earlier piece's file came with a deletion vector"
+    if vectors:
+        assert {a["path"] for a in added} == upsert_files
+        assert any("deletionVector" in a and json.loads(a["stats"])["tightBounds"] is False for a in added), \
+            "some key recurred in a later piece: the earlier piece's file came with a deletion vector"
+    else:
+        assert not added
     for reader, rows in cb.read_with_every_reader(str(mirror_dir), spark).items():
         assert cb.frozen_rows(rows) == cb.model_rows(model), f"{reader} reads the mirror differently"
 
     # a replay of the last batch adds nothing and leaves none of its files behind
-    replay = write_change_files(sink.config, S, cb.batch(S, [cb.event("u", model[(100,)], cb.row(S, (100,)), 1)]),
-                                reduce=True) if (100,) in model else []
-    if replay:
-        merge_into_mirror(sink, S, [replay], batch_id - 1)
-        assert cb.mirror_rows(sink, S) == cb.model_rows(model)
-        assert not (mirror_dir / replay[1].path).exists()
+    image = next(iter(model.values()))
+    replay = write_change_files(sink.config, S, cb.batch(S, [cb.event("u", image, {**image, "c_str": "x"}, 1)]),
+                                reduce=True)
+    merge_into_mirror(sink, S, [replay], batch_id - 1)
+    assert cb.mirror_rows(sink, S) == cb.model_rows(model), "the replay's row (c_str 'x') reached the mirror"
+    assert not (mirror_dir / replay[1].path).exists()
 
     # a batch whose tasks did not all reduce (a task of an older writer): the changelog rows are
     # merged, and the reduced files there are deleted
@@ -379,3 +391,28 @@ def test_the_tasks_reduced_pieces_merge_into_the_mirror_as_the_changelog_rows_wo
     assert "change rows read" in merge_into_mirror(sink, S, [files], batch_id)
     assert cb.mirror_rows(sink, S) == cb.model_rows(model)
     assert not any((mirror_dir / f.path).exists() for f in files if f.kind == "mirror")
+
+
+@pytest.mark.parametrize("vectors", [True, False], ids=["deletion-vectors", "copy-on-write"])
+def test_the_jobs_writer_reduces_in_its_tasks_for_keyed_mirrors_with_deletion_vectors(
+    tmp_path: Path, vectors: bool,
+) -> None:
+    """The writer a job's tasks get after the sink opened (DeltaSink.writer) stages the reduced
+    files for the mirrors that merge them; a copy-on-write mirror and a table without a key get
+    the changelog file alone."""
+    keyless = replace(S, table_id=TableId("shop", "keyless"), primary_key=())
+    config = DeltaSinkConfig(path=str(tmp_path / "lake"), engine="delta-rs", deletion_vectors=vectors,
+                             register_tables=False)
+    sink = DeltaSink(config, "job")
+    sink.open({t.table_id: t for t in (S, C, keyless)})
+    try:
+        writer = sink.writer()
+        assert writer.reduced_mirrors == ({str(S.table_id), str(C.table_id)} if vectors else set())  # type: ignore[attr-defined]
+        for schema in (S, C, keyless):
+            key = tuple(cb.KEY_VALUES[k][1] for k in schema.primary_key)
+            image = cb.row(schema, key, c_int=1, **({} if key else {"id": 7}))
+            staged = writer.write(schema, cb.batch(schema, [cb.event("c", None, image, 1)]), "changes")
+            kinds = [d["kind"] for d in staged]
+            assert kinds == (["changelog", "mirror"] if vectors and schema.primary_key else ["changelog"]), schema
+    finally:
+        sink.close()
