@@ -17,7 +17,8 @@ in one run on the same data:
   commit): a Debezium-style single-threaded snapshot. It writes the mirror only;
 * **Spark JDBC peer**: ``spark.read.jdbc`` partitioned on c_customer_sk over MIN..MAX with
   numPartitions = parallelism (the PostgreSQL JDBC driver of jars/spark, ``fetchsize`` streaming),
-  written as Parquet by the JVM;
+  written as Parquet by the JVM; tuned (``--jdbc-fetchsize``, the ratios' reference) and as
+  shipped (``fetchsize`` 0), in the same run;
 * **ours**: the snapshot phase of the real job (available-now, startup mode ``initial``) into the
   Delta mirror and changelog, at parallelism 2 (``--parallelism``), ``chunks_per_batch`` the
   job's default of 16 x p (``--chunks-per-batch``; 4 x p until 2026-11-26);
@@ -75,12 +76,14 @@ from pipeline_bench import (
 from tpcds import Writer, buffer_pool_mib
 from tpcds_customer import (
     CORES,
+    JDBC_AS_SHIPPED,
     Line,
     _after_start_up,
     _median,
     _pipeline_detail,
     check_tools,
     compare_chunk_sizes,
+    jdbc_name,
     load,
     parse_sizes,
     table_text,
@@ -504,17 +507,20 @@ class Bench:
         self.add(Line("single reader (psycopg COPY ORDER BY key -> Delta)", "peer", r["rows"], r["seconds"],
                       started_load, 1))
 
-    def jdbc(self, p: int) -> None:
+    def jdbc(self, p: int, fetchsize: int | None = None) -> None:
+        """Spark's JDBC source at ``fetchsize`` (default: ``--jdbc-fetchsize``, the tuned peer;
+        :data:`JDBC_AS_SHIPPED`: Spark's default, the peer as shipped)."""
         t, c = self.table, self.table.box.cdc
+        fetchsize = self.args.jdbc_fetchsize if fetchsize is None else fetchsize
         with contextlib.closing(c.connect(t.database)) as conn:
             lo, hi = conn.execute(f'SELECT MIN("{KEY}"), MAX("{KEY}") FROM {SCHEMA}.{TABLE}').fetchone() or (1, t.rows)
         spec = {"kind": "pg_jdbc", "url": f"jdbc:postgresql://{c.host}:{c.port}/{t.database}", "user": c.user,
                 "password": c.password, "lower": int(lo), "upper": int(hi), "parallelism": p,
-                "fetchsize": self.args.jdbc_fetchsize, "out": str(self.work / f"jdbc-p{p}")}
+                "fetchsize": fetchsize, "out": str(self.work / f"jdbc-p{p}-f{fetchsize}")}
         started_load = load()
-        child = PgChildPhase(spec, self.work / f"jdbc-p{p}.log", self.server_pid)
+        child = PgChildPhase(spec, self.work / f"jdbc-p{p}-f{fetchsize}.log", self.server_pid)
         r = child.wait()
-        self.add(Line(f"Spark JDBC peer p={p} (-> Parquet)", "peer", r["rows"], r["seconds"], started_load, p,
+        self.add(Line(jdbc_name(p, fetchsize == self.args.jdbc_fetchsize), "peer", r["rows"], r["seconds"], started_load, p,
                       child.rss.to_dict(), child.rss.cpu_detail()))
 
     def source(self, cpb: int, slot: str = SLOT, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -694,6 +700,7 @@ def run(bench: Bench) -> None:
     bench.raw_scan("raw scan (psql COPY TO STDOUT)")
     bench.single_reader()
     bench.jdbc(p)
+    bench.jdbc(p, JDBC_AS_SHIPPED)  # the peer as shipped too, in the same run (PEERS.md)
     job = bench.snapshot(p, cpb)
     bench.catch_up(job, p, cpb)
     bench.latency(job, p, cpb)

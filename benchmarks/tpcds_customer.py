@@ -19,7 +19,9 @@ benchmarks/tpcds.py) and measures, in one run on the same data:
 * **Spark JDBC peer**: ``spark.read.jdbc`` partitioned on c_customer_sk over MIN..MAX with
   numPartitions = parallelism (MariaDB Connector/J, streaming ``fetchsize``), written by the JVM
   with ``df.write.parquet``: the files delta-spark would write, without its JSON commit (no
-  delta-spark jars here). Its best case: no Python, no changelog;
+  delta-spark jars here). Its best case: no Python, no changelog. Tuned (``--jdbc-fetchsize``,
+  the ratios' reference) and as shipped (``fetchsize`` 0, Spark's default: the driver reads the
+  whole result before the first row), in the same run;
 * **ours**: the snapshot phase of the real job (available-now run, startup mode ``initial``) into
   the Delta mirror and changelog, per parallelism, with ``chunks_per_batch`` at the job's default
   (16 x parallelism) and at ``--chunks-per-batch`` (default 4 x parallelism), and (``--full``)
@@ -161,18 +163,21 @@ class Bench:
         self.add(Line("single reader (ORDER BY key -> Delta)", "peer", r["rows"], r["seconds"],
                       started_load, 1, child.rss.to_dict(), {"backend": r["backend"]}))
 
-    def jdbc(self, p: int) -> None:
+    def jdbc(self, p: int, fetchsize: int | None = None) -> None:
+        """Spark's JDBC source at ``fetchsize`` (default: ``--jdbc-fetchsize``, the tuned peer;
+        :data:`JDBC_AS_SHIPPED`: Spark's default, the peer as shipped)."""
         t, cdc = self.table, self.table.box.cdc
+        fetchsize = self.args.jdbc_fetchsize if fetchsize is None else fetchsize
         with contextlib.closing(cdc.connect(t.database)) as conn, conn.cursor() as cur:
             cur.execute(f"SELECT MIN(`{KEY}`), MAX(`{KEY}`) FROM `{t.table}`")
             lo, hi = cur.fetchone() or (1, t.rows)
         spec = {"kind": "jdbc", "url": f"jdbc:mysql://{cdc.host}:{cdc.port}/{t.database}?permitMysqlScheme",
                 "table": t.table, "key": KEY, "lower": int(lo), "upper": int(hi), "parallelism": p,
-                "user": cdc.user, "password": cdc.password, "fetchsize": self.args.jdbc_fetchsize,
-                "out": str(self.work / f"jdbc-p{p}")}
-        started_load, child = load(), self.start(f"jdbc-p{p}", spec)
+                "user": cdc.user, "password": cdc.password, "fetchsize": fetchsize,
+                "out": str(self.work / f"jdbc-p{p}-f{fetchsize}")}
+        started_load, child = load(), self.start(f"jdbc-p{p}-f{fetchsize}", spec)
         r = child.wait()
-        self.add(Line(f"Spark JDBC peer p={p} (-> Parquet)", "peer", r["rows"], r["seconds"],
+        self.add(Line(jdbc_name(p, fetchsize == self.args.jdbc_fetchsize), "peer", r["rows"], r["seconds"],
                       started_load, p, child.rss.to_dict(), {"files": r["files"], "bytes": r["bytes"]}))
 
     # --- ours ----------------------------------------------------------------------------------
@@ -448,6 +453,7 @@ def run(bench: Bench) -> None:
     bench.single_reader()
     for p in parallelisms:
         bench.jdbc(p)  # MariaDB's JDBC driver is one of the project's jars (jvm/spark/pom.xml)
+    bench.jdbc(top, JDBC_AS_SHIPPED)  # the peer as shipped too, in the same run (PEERS.md)
     for p in parallelisms[:-1]:
         bench.snapshot(p, 16 * p)
     if not a.quick:
@@ -535,6 +541,16 @@ def _per_batch(ln: Line) -> tuple[float, float]:
     return ln.rows / n, prog["seconds_by_step"].get("triggerExecution", ln.seconds) / n
 
 
+JDBC_AS_SHIPPED = 0  # Spark's default fetchsize: the driver's own (MariaDB and PostgreSQL: the whole result)
+
+
+def jdbc_name(p: int, tuned: bool = True) -> str:
+    """The line of the Spark JDBC peer: tuned (``--jdbc-fetchsize``, the reference of the ratios)
+    or as shipped (:data:`JDBC_AS_SHIPPED`)."""
+    return f"Spark JDBC peer p={p} (-> Parquet)" if tuned else \
+        f"Spark JDBC as shipped p={p} (fetchsize {JDBC_AS_SHIPPED})"
+
+
 def ratios(lines: list[Line]) -> dict[str, Line | None]:
     """The reference lines: the limit (fastest raw scan), the single reader, the JDBC peer (None
     where the run had no such phase: ``--catch-up-only``)."""
@@ -542,8 +558,10 @@ def ratios(lines: list[Line]) -> dict[str, Line | None]:
         "limit": min((ln for ln in lines if ln.kind == "limit"), key=lambda ln: ln.seconds, default=None)}
     refs["single"] = next((ln for ln in lines if ln.name.startswith("single")), None)
     for ln in lines:
-        if ln.name.startswith("Spark JDBC"):
+        if ln.name.startswith("Spark JDBC peer"):
             refs[f"jdbc{ln.parallelism}"] = ln
+        elif ln.name.startswith("Spark JDBC as shipped"):
+            refs[f"jdbc_as_shipped{ln.parallelism}"] = ln
     return refs
 
 
@@ -580,12 +598,13 @@ def verdict(lines: list[Line], facts: dict[str, Any]) -> dict[str, Any]:
     ours = [ln for ln in lines if _plain_snapshot(ln)]
     top = max(ln.parallelism for ln in ours)
     best = max((ln for ln in ours if ln.parallelism == top), key=lambda ln: ln.rate)
-    jdbc = refs.get(f"jdbc{top}")
+    jdbc, shipped = refs.get(f"jdbc{top}"), refs.get(f"jdbc_as_shipped{top}")
     catch = next((ln for ln in lines if ln.kind == "catch-up"), None)
     vis, limit = facts.get("visibility", {}), refs["limit"]
     assert limit is not None  # every run but --catch-up-only scans first
     got = {"best_snapshot": best.name, "snapshot_vs_limit": round(best.rate / limit.rate, 3),
            "snapshot_vs_jdbc": round(best.rate / jdbc.rate, 3) if jdbc else None,
+           "snapshot_vs_jdbc_as_shipped": round(best.rate / shipped.rate, 3) if shipped else None,  # no target
            "catch_up_per_s": round(catch.rate) if catch else None,
            "changelog_latency_p50_s": vis.get("changelog_p50_s"), "mirror_latency_p50_s": vis.get("mirror_p50_s")}
     met = {k: (got[k] is not None and (got[k] <= v if k.endswith("latency_p50_s") else got[k] >= v))
@@ -611,7 +630,7 @@ def chart(lines: list[Line], facts: dict[str, Any], title: str, path: Path) -> N
         ax.text(ln.rate, i, f" {ln.rate / 1000:,.0f}k/s  {ln.rate / limit.rate:.2f}x", va="center", fontsize=8)
     ax.axvline(TARGETS["snapshot_vs_limit"] * limit.rate, color="#2ca02c", ls="--", lw=1,
                label=f"target: {TARGETS['snapshot_vs_limit']}x the limit")
-    jdbc = [ln for ln in lines if ln.name.startswith("Spark JDBC")]
+    jdbc = [ln for ln in lines if ln.name.startswith("Spark JDBC peer")]
     if jdbc:
         ax.axvline(TARGETS["snapshot_vs_jdbc"] * jdbc[-1].rate, color="#9467bd", ls=":", lw=1,
                    label=f"target: {TARGETS['snapshot_vs_jdbc']}x {jdbc[-1].name}")
