@@ -62,7 +62,7 @@ class MySqlSourceConfig(SourceConfig):
     # against 119k at 399 MiB (32 MiB, the default before) and 192k at 454 MiB (128 MiB); a 300k-update
     # catch-up took 3.75-3.86 s against 4.52-4.80 s at 32 MiB (benchmarks/tpcds_customer.py
     # --max-batch-bytes). A copy-on-write mirror's MERGE still reads the changes into the driver:
-    # 1,238 MiB at 64 MiB, 871 MiB at 32 MiB (2026-11-26).
+    # 1,286-1,289 MiB at 64 MiB, 835-853 MiB at 32 MiB (--copy-on-write, 2026-11-29).
     max_batch_bytes: int | None = Field(
         default=64 * 1024 * 1024, gt=0, description="the most binlog bytes one batch reads: when the "
         "binlog from the last batch's end to the server's end holds more (a backlog, a catch-up), the "
