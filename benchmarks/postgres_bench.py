@@ -76,13 +76,13 @@ from pipeline_bench import (
 from tpcds import Writer, buffer_pool_mib
 from tpcds_customer import (
     CORES,
-    JDBC_AS_SHIPPED,
     Line,
     _after_start_up,
     _median,
     _pipeline_detail,
     check_tools,
     compare_chunk_sizes,
+    jdbc_as_shipped,
     jdbc_name,
     load,
     parse_sizes,
@@ -700,7 +700,7 @@ def run(bench: Bench) -> None:
     bench.raw_scan("raw scan (psql COPY TO STDOUT)")
     bench.single_reader()
     bench.jdbc(p)
-    bench.jdbc(p, JDBC_AS_SHIPPED)  # the peer as shipped too, in the same run (PEERS.md)
+    jdbc_as_shipped(bench, p)  # the peer as shipped too, in the same run (PEERS.md)
     job = bench.snapshot(p, cpb)
     bench.catch_up(job, p, cpb)
     bench.latency(job, p, cpb)
