@@ -76,6 +76,7 @@ from pipeline_bench import (
 from tpcds import Writer, buffer_pool_mib
 from tpcds_customer import (
     CORES,
+    JDBC_AS_SHIPPED,
     Line,
     _after_start_up,
     _median,
@@ -507,11 +508,10 @@ class Bench:
         self.add(Line("single reader (psycopg COPY ORDER BY key -> Delta)", "peer", r["rows"], r["seconds"],
                       started_load, 1))
 
-    def jdbc(self, p: int, fetchsize: int | None = None) -> None:
-        """Spark's JDBC source at ``fetchsize`` (default: ``--jdbc-fetchsize``, the tuned peer;
-        :data:`JDBC_AS_SHIPPED`: Spark's default, the peer as shipped)."""
+    def jdbc(self, p: int, tuned: bool = True) -> None:
+        """Spark's JDBC source, tuned (``--jdbc-fetchsize``) or as shipped (:data:`JDBC_AS_SHIPPED`)."""
         t, c = self.table, self.table.box.cdc
-        fetchsize = self.args.jdbc_fetchsize if fetchsize is None else fetchsize
+        fetchsize = self.args.jdbc_fetchsize if tuned else JDBC_AS_SHIPPED
         with contextlib.closing(c.connect(t.database)) as conn:
             lo, hi = conn.execute(f'SELECT MIN("{KEY}"), MAX("{KEY}") FROM {SCHEMA}.{TABLE}').fetchone() or (1, t.rows)
         spec = {"kind": "pg_jdbc", "url": f"jdbc:postgresql://{c.host}:{c.port}/{t.database}", "user": c.user,
@@ -520,7 +520,7 @@ class Bench:
         started_load = load()
         child = PgChildPhase(spec, self.work / f"jdbc-p{p}-f{fetchsize}.log", self.server_pid)
         r = child.wait()
-        self.add(Line(jdbc_name(p, fetchsize == self.args.jdbc_fetchsize), "peer", r["rows"], r["seconds"], started_load, p,
+        self.add(Line(jdbc_name(p, tuned), "peer", r["rows"], r["seconds"], started_load, p,
                       child.rss.to_dict(), child.rss.cpu_detail()))
 
     def source(self, cpb: int, slot: str = SLOT, overrides: dict[str, Any] | None = None) -> dict[str, Any]:

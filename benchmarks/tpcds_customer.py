@@ -164,11 +164,10 @@ class Bench:
         self.add(Line("single reader (ORDER BY key -> Delta)", "peer", r["rows"], r["seconds"],
                       started_load, 1, child.rss.to_dict(), {"backend": r["backend"]}))
 
-    def jdbc(self, p: int, fetchsize: int | None = None) -> None:
-        """Spark's JDBC source at ``fetchsize`` (default: ``--jdbc-fetchsize``, the tuned peer;
-        :data:`JDBC_AS_SHIPPED`: Spark's default, the peer as shipped)."""
+    def jdbc(self, p: int, tuned: bool = True) -> None:
+        """Spark's JDBC source, tuned (``--jdbc-fetchsize``) or as shipped (:data:`JDBC_AS_SHIPPED`)."""
         t, cdc = self.table, self.table.box.cdc
-        fetchsize = self.args.jdbc_fetchsize if fetchsize is None else fetchsize
+        fetchsize = self.args.jdbc_fetchsize if tuned else JDBC_AS_SHIPPED
         with contextlib.closing(cdc.connect(t.database)) as conn, conn.cursor() as cur:
             cur.execute(f"SELECT MIN(`{KEY}`), MAX(`{KEY}`) FROM `{t.table}`")
             lo, hi = cur.fetchone() or (1, t.rows)
@@ -178,7 +177,7 @@ class Bench:
                 "out": str(self.work / f"jdbc-p{p}-f{fetchsize}")}
         started_load, child = load(), self.start(f"jdbc-p{p}-f{fetchsize}", spec)
         r = child.wait()
-        self.add(Line(jdbc_name(p, fetchsize == self.args.jdbc_fetchsize), "peer", r["rows"], r["seconds"],
+        self.add(Line(jdbc_name(p, tuned), "peer", r["rows"], r["seconds"],
                       started_load, p, child.rss.to_dict(), {"files": r["files"], "bytes": r["bytes"]}))
 
     # --- ours ----------------------------------------------------------------------------------
@@ -550,7 +549,7 @@ def jdbc_as_shipped(bench: Any, p: int) -> None:
     ending the run: without a fetch size the driver reads each partition's whole result, which at
     SF1000 (6M rows a partition at p=2) stopped the peer's Spark context (2026-11-29)."""
     try:
-        bench.jdbc(p, JDBC_AS_SHIPPED)
+        bench.jdbc(p, tuned=False)
     except PhaseFailed as exc:
         cause = next((ln for ln in reversed(str(exc).splitlines()) if "Exception" in ln or "Error" in ln), str(exc))
         bench.facts["jdbc_as_shipped_error"] = str(exc)[-4000:]

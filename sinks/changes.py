@@ -242,6 +242,15 @@ def mirror_changes(batch: pa.Table, key: tuple[str, ...], row_schema: pa.Schema)
     return pa.concat_tables(parts)
 
 
+def last_of_each_key(keys: pa.Table) -> pa.Array:
+    """The index of the last row of each distinct key in ``keys`` (its columns are the key),
+    ascending."""
+    seq = _row_numbers(keys.num_rows)
+    last = keys.append_column(_SEQ, seq).group_by(keys.column_names, use_threads=False) \
+        .aggregate([(_SEQ, "max")])[f"{_SEQ}_max"]
+    return last.take(pc.sort_indices(last))
+
+
 def _row_numbers(n: int) -> pa.Array:
     """0, 1, ..., n-1 as int64, computed by Arrow."""
     ones = pc.fill_null(pa.nulls(n, pa.int64()), 1)

@@ -60,7 +60,7 @@ from deltalake import DeltaTable
 
 from cdc.model.errors import CdcError
 from cdc.model.schema import TableSchema
-from sinks.changes import DELETE_FLAG
+from sinks.changes import DELETE_FLAG, last_of_each_key
 from sinks.delta.commits import MissingCommit, read_actions
 from sinks.delta.config import DeltaSinkConfig
 from sinks.delta.files import (
@@ -180,13 +180,12 @@ class DeletionVectorMerge:
                                   .cast(key_schema), files))
         keys, superseded = pa.concat_tables(parts), [_EMPTY] * len(files)
         if len(files) > 1:  # the last occurrence of each key wins; earlier ones are superseded
-            seq = np.arange(keys.num_rows, dtype=np.int64)
-            last = keys.append_column("_seq", pa.array(seq)).group_by(list(key), use_threads=False) \
-                .aggregate([("_seq", "max")])["_seq_max"].to_numpy()
-            lost = np.setdiff1d(seq, last, assume_unique=True)
+            last = last_of_each_key(keys).to_numpy()
+            lost = np.setdiff1d(np.arange(keys.num_rows), last, assume_unique=True)  # sorted
             starts = np.cumsum([0] + [p.num_rows for p in parts])
-            superseded = [lost[(lost >= starts[i]) & (lost < starts[i + 1])] - starts[i] for i in range(len(files))]
-            keys = keys.take(pa.array(np.sort(last)))  # each key once
+            superseded = [rows - start for rows, start in
+                          zip(np.split(lost, np.searchsorted(lost, starts[1:-1])), starts[:-1], strict=True)]
+            keys = keys.take(pa.array(last))  # each key once
         new = [(f, hide) for f, hide in zip(files, superseded, strict=True) if f.stream == MIRROR_UPSERTS]
         self._apply(schema, table, keys, lambda _: new, app, batch_id)
         discard_files(self.config, schema, [f for f in files if f.stream != MIRROR_UPSERTS])

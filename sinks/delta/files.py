@@ -29,6 +29,7 @@ point as max, so every bound is a true bound.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import os
 import time
@@ -58,6 +59,7 @@ from sinks.changes import (
     normalize,
     snapshot_rows,
 )
+from sinks.delta.commits import table_fs
 from sinks.delta.config import DeltaSinkConfig
 from sinks.delta.evolve import ensure_table
 from sinks.delta.tables import (
@@ -206,13 +208,11 @@ def discard_files(config: DeltaSinkConfig, schema: TableSchema, files: Iterable[
     for f in files:
         uri = config.uri(schema.table_id, f.kind)
         local = local_dir(uri)
-        try:
+        with contextlib.suppress(FileNotFoundError):
             if local is not None:
                 os.remove(os.path.join(local, f.path))
             else:
-                pafs.PyFileSystem(DeltaStorageHandler(uri, config.storage_options or None)).delete_file(f.path)
-        except FileNotFoundError:
-            pass
+                table_fs(uri, config.storage_options).delete_file(f.path)
 
 
 def read_change_files(config: DeltaSinkConfig, schema: TableSchema, files: Iterable[StagedFile]) -> pa.Table:
