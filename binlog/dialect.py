@@ -303,6 +303,11 @@ class SupportsSchemaHistory:
         history = SchemaHistory(store)
         for schema in schemas.values():
             history.start(schema)  # version 0 for a table without a history (a first start)
+        self.bind_schema_history(store)
+
+    def bind_schema_history(self, store: HistoryStore) -> None:
+        """Keep the history in ``store``, which the driver started (:meth:`use_schema_history`),
+        without starting any table's (executors: their readers follow the DDL there)."""
         self.history_store = store
 
     def catalog_version_at(self, offset: Offset) -> tuple[SortKey, str] | None:

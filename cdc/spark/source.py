@@ -198,12 +198,18 @@ def bound_source(spec: SourceSpec) -> type[CdcDataSource]:
 
 def packed_job_source(spec: SourceSpec) -> type[DataSource]:
     """The data source a job registers (``spec.schemas`` known): a :mod:`cdc.spark.packed` class
-    carrying the stream's schema and ``spec`` as bytes, so that Spark's planner process that only
-    asks for the schema skips this module's imports; its stream reader is :func:`stream_reader`."""
+    carrying the stream's schema and ``spec`` as bytes, so that Spark's planner processes that
+    ask for the schema or for the executors' read function skip this module's imports; its
+    driver side is :func:`stream_reader`, its tasks run :func:`task_reader`."""
+    return packed_source(f"{spec.dialect.name}-cdc", job_layout(spec).spark_schema(), stream_reader,
+                         task_reader, spec)
+
+
+def job_layout(spec: SourceSpec) -> StreamLayout:
+    """The stream's columns for a spec whose tables the job discovered (``spec.schemas``)."""
     if spec.schemas is None:
-        raise ValueError("packed_job_source needs the spec's schemas (the job's discovered tables)")
-    layout = StreamLayout(list(spec.schemas.values()), manifests=bool(spec.writers))
-    return packed_source(f"{spec.dialect.name}-cdc", layout.spark_schema(), stream_reader, spec)
+        raise ValueError("a job's source needs the spec's schemas (the job's discovered tables)")
+    return StreamLayout(list(spec.schemas.values()), manifests=bool(spec.writers))
 
 
 def stream_reader(spec: SourceSpec) -> CdcStreamReader:
@@ -213,14 +219,33 @@ def stream_reader(spec: SourceSpec) -> CdcStreamReader:
     return reader
 
 
+def task_reader(spec: SourceSpec) -> Callable[[InputPartition], Iterator[pa.RecordBatch]]:
+    """``read`` of :func:`stream_reader`'s reader, built without its driver side (executors):
+    no planner, and the schema history the driver started is only bound."""
+    assert spec.schemas is not None
+    context = task_context(spec, spec.schemas, job_layout(spec))
+    if isinstance(spec.dialect, SupportsSchemaHistory):
+        spec.dialect.bind_schema_history(context.store)
+
+    def read(partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, CdcPartition)
+        return run_partition(partition, context)
+    return read
+
+
+def task_context(spec: SourceSpec, schemas: dict[TableId, TableSchema], layout: StreamLayout) -> TaskContext:
+    """What the tasks of ``spec``'s stream need."""
+    return TaskContext(dialect=spec.dialect, schemas=schemas, store=StateStore(spec.state_dir), layout=layout,
+                       writers=spec.writers, hooks=spec.hooks)
+
+
 class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """The enumerator on the driver (offsets, plans) and the split reader on executors."""
 
     def __init__(self, spec: SourceSpec, schemas: dict[TableId, TableSchema], layout: StreamLayout) -> None:
         self.spec = spec
         config = spec.dialect.config
-        self.context = TaskContext(dialect=spec.dialect, schemas=schemas, store=StateStore(spec.state_dir),
-                                   layout=layout, writers=spec.writers, hooks=spec.hooks)
+        self.context = task_context(spec, schemas, layout)
         if isinstance(spec.dialect, SupportsSchemaHistory):  # DDL history in the state directory
             spec.dialect.use_schema_history(self.context.store, schemas)
         options = PlannerOptions(
