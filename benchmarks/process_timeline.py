@@ -200,7 +200,7 @@ def main() -> None:
         sampler.start()
         try:
             run.wait()
-            wait_gone([pid for pid, p in procs.items() if p.kind == "jvm"])
+            wait_gone([pid for pid, p in list(procs.items()) if p.kind == "jvm"])  # the sampler still adds
         finally:
             stop.set()
             sampler.join()
