@@ -48,8 +48,9 @@ def kind(cmdline: list[str]) -> str | None:
     if not cmdline:
         return None
     line = " ".join(cmdline)
-    if os.path.basename(cmdline[0]) == "java" or any(os.path.basename(a) == "spark-submit" for a in cmdline[:2]):
-        return "jvm"  # spark-submit's script execs the JVM in the same process
+    if os.path.basename(cmdline[0]) == "java" or any(os.path.basename(a) in ("spark-submit", "spark-class")
+                                                     for a in cmdline[:2]):
+        return "jvm"  # spark-submit's script execs spark-class's, which execs the JVM, in the same process
     if "python_streaming_source_runner" in line:
         return "source runner"
     for planner in PLANNERS:
