@@ -1,7 +1,7 @@
 """Which process used the two cores when, during a benchmark run, next to Spark's own events.
 
 Runs a command (a benchmark) with Spark's event log on, samples every process of the run from
-``/proc`` every 20 ms (its CPU seconds so far), and prints for the run's last Spark application:
+``/proc`` every 20 ms (its CPU seconds so far), and prints for the run's last Spark application (``--app``: another one):
 
 * a timeline of its SQL executions, stages and streaming query start, and of each process's
   start, first and last CPU use, in seconds since the application started;
@@ -9,12 +9,12 @@ Runs a command (a benchmark) with Spark's event log on, samples every process of
 
 Kinds: the driver JVM (``jvm``), the benchmark's driver process (``driver``), Spark's Python
 planner processes by module (``lookup_data_sources``, ``create_data_source``,
-``plan_data_source_read``, ``source runner``), the task workers' daemon and its forks
+``plan_data_source_read``, ``source runner``), the task workers' daemon, its zygote and their forks
 (``workers``), and the database server (``server``: mariadbd, or PostgreSQL's postmaster and
 backends). This is how the critical path of a catch-up's start was found (the planner process
 that pickled the executors' read function, cdc/spark/packed.py).
 
-Usage: python benchmarks/process_timeline.py [--window 0.2] [--from 0] [--to 1e9] -- <command ...>
+Usage: python benchmarks/process_timeline.py [--window 0.2] [--from 0] [--to 1e9] [--app -1] -- <command ...>
 e.g. ``python benchmarks/process_timeline.py -- python benchmarks/postgres_bench.py --scale 100
 --rounds 1 --catch-up-variants ""``. The sampling takes some CPU of its own (a few percent of a
 core), so the run's own numbers are a little slower than without it.
@@ -56,7 +56,7 @@ def kind(cmdline: list[str]) -> str | None:
     for planner in PLANNERS:
         if f"pyspark.sql.worker.{planner}" in line:
             return planner
-    if "cdc.spark.daemon" in line or "pyspark.daemon" in line:
+    if "cdc.spark.daemon" in line or "cdc.spark.zygote" in line or "pyspark.daemon" in line:
         return "workers"
     if "pipeline_bench.py" in line:
         return "driver"
@@ -118,13 +118,16 @@ def wait_gone(pids: list[int], limit: float = 30.0) -> None:
         time.sleep(0.1)
 
 
-def spark_events(folder: Path) -> tuple[float, list[tuple[float, str]]]:
-    """The last application's start (epoch s) and its SQL executions, stages and query start."""
+def spark_events(folder: Path, app: int = -1) -> tuple[float, list[tuple[float, str]]]:
+    """The start (epoch s) of the run's ``app``-th Spark application in order of their ends (-1:
+    the last), and its SQL executions, stages and query start."""
     apps = sorted(glob.glob(str(folder / "eventlog_v2_*")), key=os.path.getmtime)
     if not apps:
         raise SystemExit(f"no Spark event log in {folder}: did the command start a Spark session?")
+    if not -len(apps) <= app < len(apps):
+        raise SystemExit(f"--app {app}: the run had {len(apps)} Spark applications")
     lines: list[dict[str, Any]] = []
-    for part in sorted(glob.glob(os.path.join(apps[-1], "events_*"))):
+    for part in sorted(glob.glob(os.path.join(apps[app], "events_*"))):
         raw = pa.CompressedInputStream(pa.OSFile(part), "zstd").read() if part.endswith(".zstd") \
             else Path(part).read_bytes()
         lines += [json.loads(x) for x in raw.decode().splitlines() if x.strip()]
@@ -183,6 +186,8 @@ def main() -> None:
     p.add_argument("--window", type=float, default=0.2, help="seconds per line of the cores table")
     p.add_argument("--from", dest="lo", type=float, default=0.0, help="print from this second on")
     p.add_argument("--to", dest="hi", type=float, default=1e9, help="print up to this second")
+    p.add_argument("--app", type=int, default=-1, help="which of the run's Spark applications, in the "
+                   "order they ended (0: the first, -1: the last, -2: the one before)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the run, after --")
     a = p.parse_args()
     command = a.command[1:] if a.command[:1] == ["--"] else a.command
@@ -205,7 +210,7 @@ def main() -> None:
         finally:
             stop.set()
             sampler.join()
-        start, spark = spark_events(events)
+        start, spark = spark_events(events, a.app)
         report(procs, start, spark, a.window, a.lo, a.hi)
     sys.exit(run.returncode)
 
