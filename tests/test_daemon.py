@@ -87,13 +87,13 @@ from cdc.spark.session import local_session
 from tests.test_daemon import _worker_state
 spark = local_session("t", parallelism=1, preload=("binlog.mysql.dialect", "sinks.delta.sink"))
 (parent, loaded, ready), = spark.sparkContext.parallelize([0], 1).map(_worker_state).collect()
-print("cdc.spark.daemon" in parent, loaded, ready)
+print("cdc.spark.zygote" in parent, loaded, ready)  # the daemon forked by the job's zygote
 """
 
 
 def test_a_jobs_session_preloads_only_its_own_dialect_and_sinks() -> None:
     """A MySQL job into Delta (``preload`` of its session: :func:`cdc.app.runner.job_modules`):
-    its workers have the MySQL dialect, with its rows kernels loaded, and the Delta sink, and
+    its workers, forked from the daemon that its zygote forked, have the MySQL dialect, with its rows kernels loaded, and the Delta sink, and
     neither Postgres's nor Kafka's."""
     out = subprocess.run([sys.executable, "-c", JOB_SESSION], capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -117,16 +117,17 @@ def line_of(pid):
         line.append(pid)
     return line
 
-def daemons():  # this session's: python -m cdc.spark.daemon under this process, not forked from one
-    found = {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"cdc.spark.daemon" in f.read().split(b"\\0"):
-                    found[int(pid)] = line_of(int(pid))
-        except OSError:
-            continue
-    return sorted(p for p, line in found.items() if os.getpid() in line and line[0] not in found)
+def children(pid):
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(p) for p in f.read().split()]
+
+def daemons():  # this session's: forked by its zygote (cdc.spark.zygote), a child of this process
+    found = []
+    for pid in children(os.getpid()):
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            if b"cdc.spark.zygote" in f.read().split(b"\\0"):
+                found += children(pid)
+    return sorted(found)
 
 def ancestors(batches):
     for b in batches:

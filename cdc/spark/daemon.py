@@ -23,7 +23,9 @@ dialect loads its numba kernels there (``binlog.mysql.dialect.prepare_worker``),
 forked afterwards then calls at once instead of paying 0.7 CPU s for numba and its first kernels.
 
 A job's local session starts this daemon as soon as the session is up, rather than at the query's
-first task (:func:`cdc.spark.session.start_workers`).
+first task (:func:`cdc.spark.session.start_workers`), and has its preload done ahead by a zygote
+process that it starts before its JVM (:mod:`cdc.spark.zygote`): the process Spark launches then
+only hands over to the zygote (:func:`hand_over`), which forks the daemon.
 
 Runs on the executors only: ``python -m cdc.spark.daemon <worker module>``, as Spark launches it.
 Only the task workers' daemon uses it; the daemons of PySpark's planners (``lookup_data_sources``,
@@ -32,9 +34,17 @@ Only the task workers' daemon uses it; the daemons of PySpark's planners (``look
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import json
 import logging
 import os
+import select
+import signal
+import socket
+import struct
+import sys
+import time
 
 # What every task imports: Arrow, NumPy, pandas, PySpark's worker and the task code.
 PRELOAD: tuple[str, ...] = (
@@ -54,6 +64,10 @@ PREPARE = "prepare_worker"
 # The job's dialect and sink modules, comma-separated (``spark.executorEnv`` of the job's session:
 # :func:`cdc.spark.session.local_session`); unset: every registered dialect and sink.
 MODULES_ENV = "SPARK_CDC_PRELOAD"
+
+# The socket of the job's zygote (:mod:`cdc.spark.zygote`), which forks this daemon with the preload
+# done; unset, or the zygote refuses: the daemon preloads itself.
+ZYGOTE_ENV = "SPARK_CDC_ZYGOTE"
 
 
 def preload(modules: tuple[str, ...] = PRELOAD, job: str | None = None) -> list[str]:
@@ -82,7 +96,79 @@ def preload(modules: tuple[str, ...] = PRELOAD, job: str | None = None) -> list[
     return failed
 
 
+def hand_over(path: str) -> int | None:
+    """Have the zygote at ``path`` fork this process's daemon, then stand for it until it exits
+    (the process that Spark launched as ``python -m cdc.spark.daemon``): its exit status, or None
+    when the zygote cannot (the caller then runs the daemon itself)."""
+    try:
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.connect(path)
+        request = json.dumps({"executable": os.path.realpath(sys.executable), "argv": sys.argv,
+                              "env": dict(os.environ), "path": sys.path, "cwd": os.getcwd()}).encode()
+        socket.send_fds(conn, [struct.pack(">I", len(request)) + request], [0, 1, 2])
+        reply = read_exactly(conn, 6)
+    except OSError:
+        return None
+    if reply[:2] != b"ok":
+        return None
+    (pid,) = struct.unpack(">i", reply[2:])
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda number, _frame: _signal(pid, number))
+    _wait_gone(pid)
+    return 0
+
+
+def _signal(pid: int, number: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, number)
+
+
+def _wait_gone(pid: int) -> None:
+    """Until process ``pid`` (not a child of this one) has exited."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    except OSError:  # a kernel before 5.3: poll (the zygote reaps its daemons, so none stays a zombie)
+        while _alive(pid):
+            time.sleep(0.2)
+        return
+    try:
+        while True:
+            try:
+                if select.select([fd], [], [])[0]:
+                    return
+            except InterruptedError:
+                continue
+    finally:
+        os.close(fd)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def read_exactly(conn: socket.socket, n: int) -> bytes:
+    """``n`` bytes from ``conn``, or fewer if it closes first."""
+    data = b""
+    while len(data) < n:
+        part = conn.recv(n - len(data))
+        if not part:
+            break
+        data += part
+    return data
+
+
 def main() -> None:
+    zygote = os.environ.get(ZYGOTE_ENV)
+    if zygote:  # the job's zygote has the preload done: it forks the daemon (cdc.spark.zygote)
+        code = hand_over(zygote)
+        if code is not None:
+            sys.exit(code)
     preload(job=os.environ.get(MODULES_ENV))
     from pyspark.daemon import manager
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from cdc.model.spark_conf import OWN_CATALOG, SNAPSHOT_PARTITIONS
-from cdc.spark.daemon import MODULES_ENV
+from cdc.spark.daemon import MODULES_ENV, ZYGOTE_ENV
 from cdc.spark.jars import spark_jars
 
 log = logging.getLogger(__name__)
@@ -159,7 +159,8 @@ def local_session(app_name: str = "spark-cdc", parallelism: int = 2, catalog_dir
             ``conf`` wins. Ignored when this process's JVM is already running.
         preload: the modules of the job's dialect and sinks, which the workers' daemon then
             imports instead of every registered one (:data:`cdc.spark.daemon.MODULES_ENV`). A
-            session given them is a job's, and starts that daemon at once (:func:`start_workers`).
+            session given them is a job's: a zygote process does that preload while the JVM
+            starts (:mod:`cdc.spark.zygote`), and the daemon starts at once (:func:`start_workers`).
         **conf: extra Spark settings (dots as in Spark: pass a dict with ``**{"a.b": "c"}``).
 
     Returns:
@@ -169,8 +170,14 @@ def local_session(app_name: str = "spark-cdc", parallelism: int = 2, catalog_dir
         JarsMissing, VersionMismatch: the jars are missing or built for another Spark.
     """
     ensure_worker_python()
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
+    zygote = {}
+    if preload and SparkContext._active_spark_context is None:  # a new JVM: its daemon's preload starts now
+        from cdc.spark import zygote as zygotes
+
+        zygote = {f"spark.executorEnv.{ZYGOTE_ENV}": str(zygotes.start(preload).path)}
     catalog = catalog_conf(catalog_dir) if catalog_dir is not None else {}
     # the light JVM's options and the catalog's Derby properties share the one setting
     java = " ".join(o for o in (light_jvm_options() if light_jvm else "", catalog.pop(JAVA_OPTIONS, "")) if o)
@@ -184,6 +191,7 @@ def local_session(app_name: str = "spark-cdc", parallelism: int = 2, catalog_dir
         SNAPSHOT_PARTITIONS: str(parallelism),
         **DAEMON_CONF,
         **({f"spark.executorEnv.{MODULES_ENV}": ",".join(preload)} if preload else {}),
+        **zygote,
         **project_conf(),
         **catalog,
         **({JAVA_OPTIONS: java} if java else {}),
@@ -206,7 +214,8 @@ def start_workers(spark: Any, parallelism: int) -> None:
     first task.
 
     Spark starts the daemon (:mod:`cdc.spark.daemon`: an interpreter and its preload, about 1.1 s
-    here) when the first Python task needs a worker. That was the stream's first batch, whose
+    here, or a fork of the session's zygote that has done the preload: :mod:`cdc.spark.zygote`)
+    when the first Python task needs a worker. That was the stream's first batch, whose
     tasks waited for it, while one core sat idle as the driver opened the sinks and started the
     query (about 4 s). A trivial SQL job at session start moves it there: the first batch of a
     300k-update catch-up took 2.5-2.8 s instead of 3.3-3.7 s. It must be a SQL job: Spark keeps
