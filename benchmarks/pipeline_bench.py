@@ -407,15 +407,22 @@ def _status_kib(pid: int, field_name: str) -> int:
     return 0
 
 
+# what a job's zygote names its forks of Spark's planner processes (cdc/spark/zygote.py: ``comm``)
+ZYGOTE_PLANNERS = ("lookup_data_sou", "create_data_sou", "plan_data_sourc")
+
+
 def _role(proc: Any, root: int) -> str:
     if proc.pid == root:
         return "driver"
     name = proc.name()
     if name == "java":
         return "jvm"
-    if any("python_streaming_source_runner" in a for a in proc.cmdline()):
-        return "source planner"  # the stream reader's driver side, a Python process of its own
-    return "python workers" if name.startswith("python") else f"other ({name})"
+    if name == "python_streaming_source_runner"[:15] or any("python_streaming_source_runner" in a
+                                                             for a in proc.cmdline()):
+        return "source planner"  # the stream reader's driver side (a fork of the job's zygote names itself so)
+    if name.startswith("python") or name in ZYGOTE_PLANNERS:  # Spark's Python processes, forked or not
+        return "python workers"
+    return f"other ({name})"
 
 
 @dataclass

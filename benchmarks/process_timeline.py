@@ -43,11 +43,15 @@ TICK = os.sysconf("SC_CLK_TCK")
 PLANNERS = ("lookup_data_sources", "create_data_source", "plan_data_source_read")
 
 
-def kind(cmdline: list[str]) -> str | None:
-    """What a process is, from its command line; None: not part of a run."""
+def kind(cmdline: list[str], comm: str = "") -> str | None:
+    """What a process is, from its command line (and, for a fork of a job's zygote, which names
+    its forks after what they run, its ``comm``: ``cdc/spark/zygote.py``); None: not part of a run."""
     if not cmdline:
         return None
     line = " ".join(cmdline)
+    if "cdc.spark.zygote" in line:
+        by_comm = {"python_streaming_source_runner"[:15]: "source runner", **{p[:15]: p for p in PLANNERS}}
+        return by_comm.get(comm, "workers")
     if os.path.basename(cmdline[0]) == "java" or any(os.path.basename(a) in ("spark-submit", "spark-class")
                                                      for a in cmdline[:2]):
         return "jvm"  # spark-submit's script execs spark-class's, which execs the JVM, in the same process
@@ -56,7 +60,7 @@ def kind(cmdline: list[str]) -> str | None:
     for planner in PLANNERS:
         if f"pyspark.sql.worker.{planner}" in line:
             return planner
-    if "cdc.spark.daemon" in line or "cdc.spark.zygote" in line or "pyspark.daemon" in line:
+    if "cdc.spark.daemon" in line or "pyspark.daemon" in line:
         return "workers"
     if "pipeline_bench.py" in line:
         return "driver"
@@ -69,6 +73,7 @@ def kind(cmdline: list[str]) -> str | None:
 class Proc:
     kind: str
     first_seen: float
+    forked: bool = False  # by a job's zygote (or it is the zygote): its kind follows its comm
     samples: list[tuple[float, float]] = field(default_factory=list)  # (time, CPU seconds so far)
 
 
@@ -89,10 +94,15 @@ def sample(root: int, procs: dict[int, Proc], stop: threading.Event, period: flo
                 if pid not in family:
                     pending[pid] = int(fields[1])
                     continue
-                if pid not in procs and pid != root:
+                if (pid not in procs or procs[pid].forked) and pid != root:  # a fork names itself after a while
                     with open(f"/proc/{pid}/cmdline", "rb") as f:
-                        what = kind([a.decode(errors="replace") for a in f.read().split(b"\0") if a])
-                    procs[pid] = Proc(what or "", now)
+                        cmdline = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+                    with open(f"/proc/{pid}/comm") as f:
+                        what = kind(cmdline, f.read().strip()) or ""
+                    if pid in procs:
+                        procs[pid].kind = what
+                    else:
+                        procs[pid] = Proc(what, now, forked="cdc.spark.zygote" in cmdline)
             except OSError:
                 continue  # gone meanwhile
             if pid in procs and procs[pid].kind:

@@ -175,28 +175,101 @@ def test_the_zygote_survives_a_bad_request_and_ends_with_its_driver(
     assert not os.path.exists(path)
 
 
+def test_the_sessions_python_has_the_zygote_fork_any_module_and_runs_anything_else_itself(
+        zygote: tuple[subprocess.Popen[bytes], str], tmp_path: Path) -> None:
+    """The script a job's session gives Spark as its Python (``sc.pythonExec``): a planner's
+    daemon (``-m pyspark.daemon <planner>``) is a fork of the zygote, named after the planner;
+    anything else, or any module once the zygote is gone, runs the real interpreter."""
+    from cdc.spark.zygote import WRAPPER
+
+    proc, path = zygote
+    python, work = tmp_path / "bin" / "python", tmp_path / "work"  # apart: `-m` looks in the working folder
+    python.parent.mkdir()
+    work.mkdir()
+    python.write_text(WRAPPER.format(python=sys.executable, path=path))
+    python.chmod(0o755)
+    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHON_WORKER_FACTORY_SECRET": SECRET}
+    planner = subprocess.Popen([str(python), "-m", "pyspark.daemon", "pyspark.sql.worker.lookup_data_sources"],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=ROOT)
+    try:
+        assert planner.stdout is not None
+        port = struct.unpack(">i", planner.stdout.read(4))[0]
+        (daemon,) = _children(proc.pid)
+        worker, answer = _worker(port)
+        assert (_parent(worker), answer) == (daemon, b"ok")
+        with open(f"/proc/{daemon}/comm") as f:
+            assert f.read().strip() == "lookup_data_sou"
+    finally:
+        assert planner.stdin is not None
+        planner.stdin.close()
+        planner.wait(20)
+    (work / "probe.py").write_text("import os, sys\nprint(os.getppid(), sys.argv[1:], flush=True)\n")
+
+    def run(*args: str) -> tuple[int, str]:
+        out = subprocess.run([str(python), *args], capture_output=True, text=True, env=env, timeout=60,
+                             cwd=work, check=True).stdout.split(" ", 1)
+        return int(out[0]), out[1].strip()
+
+    assert run("-m", "probe", "x") == (proc.pid, "['x']")  # any module: run by a fork of the zygote
+    assert run("-c", "import probe", "x") == (os.getpid(), "['x']")  # anything else: the real interpreter
+    assert proc.stdin is not None
+    proc.stdin.close()
+    proc.wait(20)
+    assert run("-m", "probe", "y") == (os.getpid(), "['y']")  # no zygote: the real interpreter
+
+
 JOB_SESSION = """
-import os, sys
+import json, os, sys
 import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from cdc.spark import zygote
 from cdc.spark.session import local_session
 
+def line_of(pid):
+    line = []
+    while pid > 1:
+        with open(f"/proc/{pid}/stat") as f:
+            pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        line.append(pid)
+    return line
+
 def lineage(batches):
-    with open(f"/proc/{os.getppid()}/stat") as f:
-        grand = int(f.read().rsplit(")", 1)[1].split()[1])
     for b in batches:
-        yield pa.RecordBatch.from_pydict({"zygote": [grand], "loaded": ["binlog.postgres.dialect" in sys.modules],
+        yield pa.RecordBatch.from_pydict({"line": [line_of(os.getpid())],
+                                          "loaded": ["binlog.postgres.dialect" in sys.modules],
                                           "env": [os.environ.get("SPARK_SIMPLIFIED_TRACEBACK", "")]})
 
+class Reader(DataSourceReader):
+    def partitions(self):
+        return [InputPartition(line_of(os.getpid()))]
+
+    def read(self, partition):
+        yield (partition.value, line_of(os.getpid()))
+
+class Source(DataSource):
+    @classmethod
+    def name(cls):
+        return "lineage"
+
+    def schema(self):
+        return "planner array<long>, task array<long>"
+
+    def reader(self, schema):
+        return Reader()
+
 spark = local_session("t", parallelism=1, preload=("binlog.postgres.dialect",))
-row = spark.range(0, 1, 1, 1).mapInArrow(lineage, "zygote long, loaded boolean, env string").collect()[0]
-print(row.zygote == zygote._current.process.pid, row.loaded, row.env)
+z = zygote._current.process.pid
+row = spark.range(0, 1, 1, 1).mapInArrow(lineage, "line array<long>, loaded boolean, env string").collect()[0]
+spark.dataSource.register(Source)
+read = spark.read.format("lineage").load().collect()[0]
+print(row.line[1] == z, row.loaded, row.env, read.planner[1] == z, read.task[1] == z)
 """
 
 
-def test_a_jobs_session_gets_its_workers_from_its_zygote() -> None:
+def test_a_jobs_session_gets_its_workers_and_planners_from_its_zygote() -> None:
     """A job's local session starts the zygote before its JVM; the SQL tasks' workers are forked
-    from a daemon the zygote forked, with the job's modules loaded and Spark's task environment."""
+    from a daemon the zygote forked, with the job's modules loaded and Spark's task environment,
+    and so are a Python data source's planner and task processes."""
     out = subprocess.run([sys.executable, "-c", JOB_SESSION], capture_output=True, text=True, timeout=240, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.splitlines()[-1] == "True True 1", out.stdout + out.stderr[-3000:]
+    assert out.stdout.splitlines()[-1] == "True True 1 True True", out.stdout + out.stderr[-3000:]

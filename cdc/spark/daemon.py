@@ -25,7 +25,8 @@ forked afterwards then calls at once instead of paying 0.7 CPU s for numba and i
 A job's local session starts this daemon as soon as the session is up, rather than at the query's
 first task (:func:`cdc.spark.session.start_workers`), and has its preload done ahead by a zygote
 process that it starts before its JVM (:mod:`cdc.spark.zygote`): the process Spark launches then
-only hands over to the zygote (:func:`hand_over`), which forks the daemon.
+only hands over to the zygote (:func:`hand_over`), which forks the daemon. The session's Python
+for Spark (:func:`launch`) does the same for every ``python -m`` process Spark starts.
 
 Runs on the executors only: ``python -m cdc.spark.daemon <worker module>``, as Spark launches it.
 Only the task workers' daemon uses it; the daemons of PySpark's planners (``lookup_data_sources``,
@@ -96,15 +97,17 @@ def preload(modules: tuple[str, ...] = PRELOAD, job: str | None = None) -> list[
     return failed
 
 
-def hand_over(path: str) -> int | None:
-    """Have the zygote at ``path`` fork this process's daemon, then stand for it until it exits
-    (the process that Spark launched as ``python -m cdc.spark.daemon``): its exit status, or None
-    when the zygote cannot (the caller then runs the daemon itself)."""
+def hand_over(path: str, module: str = "cdc.spark.daemon", argv: list[str] | None = None) -> int | None:
+    """Have the zygote at ``path`` fork a process that runs ``module`` as ``python -m`` would
+    (with ``argv``; default this process's), with this process's streams and environment, then
+    stand for it until it exits: its exit status, or None when the zygote cannot (the caller then
+    runs the module itself)."""
     try:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         conn.connect(path)
-        request = json.dumps({"executable": os.path.realpath(sys.executable), "argv": sys.argv,
-                              "env": dict(os.environ), "path": sys.path, "cwd": os.getcwd()}).encode()
+        request = json.dumps({"executable": os.path.realpath(sys.executable), "module": module,
+                              "argv": sys.argv if argv is None else argv, "env": dict(os.environ),
+                              "path": sys.path, "cwd": os.getcwd()}).encode()
         socket.send_fds(conn, [struct.pack(">I", len(request)) + request], [0, 1, 2])
         reply = read_exactly(conn, 6)
     except OSError:
@@ -161,6 +164,19 @@ def read_exactly(conn: socket.socket, n: int) -> bytes:
             break
         data += part
     return data
+
+
+def launch(path: str, python: str) -> None:
+    """The session's Python for Spark (:func:`cdc.spark.zygote.start` writes a script that calls
+    this): ``-m <module> [args]`` is forked by the zygote at ``path``; any other use of it, or a
+    zygote that cannot serve, runs the real interpreter ``python`` with the same arguments."""
+    args = sys.argv[1:]
+    if len(args) >= 2 and args[0] == "-m":
+        sys.path[0] = os.getcwd()  # as `python -m` has it, not this script's folder
+        code = hand_over(path, args[1], [args[1], *args[2:]])
+        if code is not None:
+            sys.exit(code)
+    os.execv(python, [python, *args])
 
 
 def main() -> None:

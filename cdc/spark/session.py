@@ -173,11 +173,12 @@ def local_session(app_name: str = "spark-cdc", parallelism: int = 2, catalog_dir
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-    zygote = {}
+    zygote, started = {}, None
     if preload and SparkContext._active_spark_context is None:  # a new JVM: its daemon's preload starts now
         from cdc.spark import zygote as zygotes
 
-        zygote = {f"spark.executorEnv.{ZYGOTE_ENV}": str(zygotes.start(preload).path)}
+        started = zygotes.start(preload)
+        zygote = {f"spark.executorEnv.{ZYGOTE_ENV}": str(started.path)}
     catalog = catalog_conf(catalog_dir) if catalog_dir is not None else {}
     # the light JVM's options and the catalog's Derby properties share the one setting
     java = " ".join(o for o in (light_jvm_options() if light_jvm else "", catalog.pop(JAVA_OPTIONS, "")) if o)
@@ -204,6 +205,10 @@ def local_session(app_name: str = "spark-cdc", parallelism: int = 2, catalog_dir
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("SPARK_CDC_SPARK_LOG_LEVEL", "WARN"))
+    sc = spark.sparkContext
+    if started is not None and started.python.exists() and \
+            os.path.realpath(sc.pythonExec) == os.path.realpath(sys.executable):
+        sc.pythonExec = str(started.python)  # the query's planners and runner: forks of the zygote too
     if preload:
         start_workers(spark, parallelism)
     return spark

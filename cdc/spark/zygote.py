@@ -1,41 +1,53 @@
-"""A process that has the workers' daemon's preload done before Spark asks for the daemon.
+"""A process that has the Python processes of a job's session imported before Spark starts them.
 
 Spark creates every Python process of the driver's JVM under one JVM-wide lock
-(``PythonWorkerManager.createPythonWorker`` is synchronized), and holds it while a daemon starts,
-until the daemon has forked its first worker: through :mod:`cdc.spark.daemon`'s preload (0.76 s of
-an interpreter start and imports for a Postgres job here, 1.19 s for MySQL's, whose numba kernels
-load there). A stream's planner processes (``plan_data_source_read`` among them) waited behind it
-at the query's start (``benchmarks/process_timeline.py``).
+(``SparkEnv.createPythonWorker`` is synchronized), and holds it while a daemon starts, until the
+daemon has forked its first worker: through :mod:`cdc.spark.daemon`'s preload (0.76 s of an
+interpreter start and imports for a Postgres job here, 1.19 s for MySQL's, whose numba kernels load
+there). A stream's planner processes (``plan_data_source_read`` among them) waited behind it at the
+query's start, and each of them, and the streaming source's runner, started an interpreter and
+imported PySpark (and the runner the job's dialect) on the query's critical path
+(``benchmarks/process_timeline.py``).
 
 So a job's local session starts this zygote first (:func:`start`), in parallel with the JVM's own
-start: an interpreter that does the daemon's preload, then waits on a Unix socket. When Spark
-launches ``python -m cdc.spark.daemon``, that process only hands the zygote its standard streams
-(``SCM_RIGHTS``), its arguments and its environment (:func:`cdc.spark.daemon.hand_over`); the zygote forks, and the
-child takes them over and runs PySpark's daemon loop as the launched process would have. Spark's
-lock is then held for an interpreter start and a fork, not for the preload.
+start: an interpreter that imports what those processes import (the daemon's preload and
+:data:`PLANNERS`), then waits on a Unix socket. The session gives Spark a script as its Python
+(``sc.pythonExec``: :data:`WRAPPER`). When Spark runs it as ``python -m <module> ...`` (the
+workers' daemon, a planner's ``pyspark.daemon``, the streaming source's runner), the script hands
+the zygote its standard streams (``SCM_RIGHTS``), its arguments and its environment
+(:func:`cdc.spark.daemon.hand_over`); the zygote forks, and the child takes them over and runs the
+module as the launched interpreter would have. A daemon that Spark launches itself
+(``python -m cdc.spark.daemon``, with the zygote's socket in its environment) hands over the same
+way. Spark's lock is then held for a small interpreter start and a fork.
 
-The launched process stays until the daemon it handed over to exits, and passes on the SIGTERM
-with which Spark stops a daemon, so to Spark it is the daemon. The daemon itself reads its end of
-Spark's stdin pipe, and exits when the JVM closes it, as PySpark's does. Whatever goes wrong on the
-way (no zygote, another interpreter, another hash seed) makes the launched process do its own
-preload instead (:func:`cdc.spark.daemon.main`), so the zygote only ever saves time.
+The launched process stays until the process it handed over to exits, and passes on the SIGTERM
+with which Spark stops a daemon, so to Spark it is that process. A daemon reads its end of Spark's
+stdin pipe, and exits when the JVM closes it, as PySpark's does. Whatever goes wrong on the way (no
+zygote, another interpreter, another hash seed, anything but ``-m``) makes the launched process run
+the real interpreter instead (:func:`cdc.spark.daemon.launch`, :func:`cdc.spark.daemon.main`), so
+the zygote only ever saves time. A fork names itself after its module (``comm``, as ``ps`` shows
+it: ``plan_data_sourc``, ``python_streamin``).
 
 The zygote ends when the driver's Python process does (its stdin is a pipe from the driver), or
-when :func:`stop` is called; the daemons it forked live on until Spark stops them. It holds about
-100 MiB of RSS of its own while the job runs (most of it pages the daemon shares).
+when :func:`stop` is called; the processes it forked live on until Spark stops them. It holds about
+100 MiB of RSS of its own while the job runs (most of it pages its forks share).
 
-Measured on 2026-11-29 (2 cores, alternating runs with and without it): a 300k-update catch-up
-took 3.95-4.24 s instead of 4.03-5.08 s (MySQL, ``benchmarks/tpcds_customer.py --scale 100 --burst
-300000 --catch-up-only``) and 4.68-4.96 s instead of 4.84-5.32 s (Postgres,
-``benchmarks/postgres_bench.py --scale 100 --catch-up-variants ""``).
+Measured on 2026-11-29 (2 cores, alternating runs): forking only the workers' daemon, a 300k-update
+catch-up took 3.95-4.24 s instead of 4.03-5.08 s (MySQL, ``benchmarks/tpcds_customer.py --scale 100
+--burst 300000 --catch-up-only``) and 4.68-4.96 s instead of 4.84-5.32 s (Postgres,
+``benchmarks/postgres_bench.py --scale 100 --catch-up-variants ""``); forking the planners and the
+runner too, 2.77-3.14 s instead of 3.60-3.95 s (MySQL, six runs each) and
+3.00-3.41 s instead of 3.79-4.28 s (Postgres, four each).
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import io
 import json
 import os
+import runpy
 import select
 import signal
 import socket
@@ -43,11 +55,13 @@ import struct
 import subprocess
 import sys
 import tempfile
+import traceback
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from cdc.spark.daemon import MODULES_ENV, preload, read_exactly
+from cdc.spark.daemon import MODULES_ENV, PRELOAD, preload, read_exactly
 
 # What a daemon forked by the zygote inherits from it rather than from Spark's launch, so it must
 # be the same in both: the interpreter, and the hash seed PySpark gives its workers.
@@ -55,12 +69,32 @@ HASH_SEED = "PYTHONHASHSEED"
 
 _MAX_REQUEST = 1 << 20
 
+# What Spark's planner processes of a job's query import, besides the daemon's preload: PySpark's
+# daemon and planner modules, the streaming source's runner, and the stream reader it builds
+# (cdc.spark.packed builds cdc.spark.source's CdcStreamReader there).
+PLANNERS: tuple[str, ...] = (
+    "pyspark.daemon",
+    "pyspark.sql.worker.lookup_data_sources",
+    "pyspark.sql.worker.create_data_source",
+    "pyspark.sql.worker.plan_data_source_read",
+    "pyspark.sql.streaming.python_streaming_source_runner",
+    "cdc.spark.source",
+)
+
+# The session's Python for Spark: an interpreter start, then a hand-over to the zygote
+# (cdc.spark.daemon.launch).
+WRAPPER = """#!{python}
+from cdc.spark.daemon import launch
+launch({path!r}, {python!r})
+"""
+
 
 class Zygote:
     """A running zygote, started by :func:`start` (driver)."""
 
     def __init__(self, process: subprocess.Popen[bytes], path: Path, modules: tuple[str, ...]) -> None:
         self.process, self.path, self.modules = process, path, modules
+        self.python = path.parent / "python"  # the script for sc.pythonExec (WRAPPER)
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -74,7 +108,7 @@ class Zygote:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-        for leftover in (self.path, self.path.parent):
+        for leftover in (self.path, self.python, self.path.parent):
             with contextlib.suppress(OSError):
                 leftover.rmdir() if leftover.is_dir() else leftover.unlink()
 
@@ -86,7 +120,9 @@ def start(modules: Sequence[str]) -> Zygote:
     """The zygote of a job whose daemon preloads ``modules``, started now unless one for the same
     modules is still running (driver, before its JVM starts); the one before is stopped.
 
-    Its socket's path goes into the daemon's environment as :data:`cdc.spark.daemon.ZYGOTE_ENV`.
+    Its socket's path goes into the daemon's environment as :data:`cdc.spark.daemon.ZYGOTE_ENV`,
+    and its script :attr:`Zygote.python`, set as the session's Python (``sc.pythonExec``), has
+    every Python process of the session's JVM forked by the zygote.
     """
     global _current
     wanted = tuple(modules)
@@ -98,6 +134,9 @@ def start(modules: Sequence[str]) -> Zygote:
     process = subprocess.Popen([sys.executable, "-m", "cdc.spark.zygote", str(path)], stdin=subprocess.PIPE,
                                env=env, start_new_session=True)  # Ctrl-C goes to the driver, which ends it
     _current = Zygote(process, path, wanted)
+    if not any(c.isspace() for c in sys.executable):  # a #! line cannot quote it
+        _current.python.write_text(WRAPPER.format(python=sys.executable, path=str(path)))
+        _current.python.chmod(0o755)
     return _current
 
 
@@ -120,9 +159,10 @@ def _refusal(request: dict[str, Any]) -> str | None:
     return None
 
 
-def _become_daemon(conn: socket.socket, fds: list[int], request: dict[str, Any]) -> None:
+def _become(conn: socket.socket, fds: list[int], request: dict[str, Any]) -> None:
     """In the forked child: take the launched process's streams, arguments and environment, and
-    run PySpark's daemon loop; never returns."""
+    run its module as ``python -m`` would (PySpark's daemon loop for :mod:`cdc.spark.daemon`,
+    whose preload is done); never returns."""
     code = 1
     try:
         for target, fd in enumerate(fds):
@@ -133,18 +173,40 @@ def _become_daemon(conn: socket.socket, fds: list[int], request: dict[str, Any])
         sys.path[:] = request["path"]
         os.environ.clear()
         os.environ.update(request["env"])
+        if os.environ.get("PYTHONUNBUFFERED"):  # as Spark starts its Python processes: -u
+            sys.stdout, sys.stderr = (io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), write_through=True,
+                                                       errors="backslashreplace") for fd in (1, 2))
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGHUP):
             signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
         conn.sendall(b"ok" + struct.pack(">i", os.getpid()))
         conn.close()
-        from pyspark.daemon import manager
+        module = request["module"]
+        if module == "cdc.spark.daemon":
+            from pyspark.daemon import manager
 
-        manager()
+            manager()
+        else:
+            _name(module, sys.argv[1:])
+            with warnings.catch_warnings():  # that the module was imported (preloaded) before it runs
+                warnings.filterwarnings("ignore", category=RuntimeWarning, module="runpy")
+                runpy.run_module(module, run_name="__main__", alter_sys=True)
         code = 0
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
     finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
         os._exit(code)
+
+
+def _name(module: str, args: list[str]) -> None:
+    """Name the process after what it runs (its ``comm``, as ``ps`` and ``benchmarks/`` show it):
+    the last part of the module, or of the worker module PySpark's daemon is given."""
+    what = args[0] if module == "pyspark.daemon" and args else module
+    with contextlib.suppress(OSError), open("/proc/self/comm", "w") as f:
+        f.write(what.rsplit(".", 1)[-1][:15])
 
 
 def serve(path: str) -> None:
@@ -155,7 +217,7 @@ def serve(path: str) -> None:
     listener.bind(f"{path}.new")  # first: a daemon launched during the preload waits for it
     listener.listen(64)
     os.rename(f"{path}.new", path)  # the path exists only once it accepts
-    preload(job=os.environ.get(MODULES_ENV))
+    preload(modules=PRELOAD + PLANNERS, job=os.environ.get(MODULES_ENV))
     sys.stdout.flush()
     sys.stderr.flush()
     try:
@@ -190,7 +252,7 @@ def _fork_daemon(conn: socket.socket, listener: socket.socket) -> None:
             return
         if os.fork() == 0:
             listener.close()
-            _become_daemon(conn, fds, request)
+            _become(conn, fds, request)
     finally:
         for fd in fds:
             with contextlib.suppress(OSError):
