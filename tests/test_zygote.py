@@ -175,6 +175,30 @@ def test_the_zygote_survives_a_bad_request_and_ends_with_its_driver(
     assert not os.path.exists(path)
 
 
+def test_a_zygote_whose_driver_was_killed_removes_its_folder() -> None:
+    """The folder :func:`cdc.spark.zygote.start` makes (the socket and the session's Python) goes
+    with the zygote, also when the driver could not remove it (SIGKILL)."""
+    import tempfile
+
+    from cdc.spark.zygote import FOLDER_PREFIX
+
+    folder = Path(tempfile.mkdtemp(prefix=FOLDER_PREFIX))
+    (folder / "python").write_text("#!/bin/sh\n")
+    driver = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; subprocess.Popen("
+                               f"[sys.executable, '-m', 'cdc.spark.zygote', {str(folder / 'zygote.sock')!r}], "
+                               "stdin=subprocess.PIPE); time.sleep(600)"], cwd=ROOT)
+    end = time.monotonic() + 60
+    while not (folder / "zygote.sock").exists() and time.monotonic() < end:
+        time.sleep(0.05)
+    assert (folder / "zygote.sock").exists()
+    driver.kill()
+    driver.wait()
+    end = time.monotonic() + 30
+    while folder.exists() and time.monotonic() < end:
+        time.sleep(0.05)
+    assert not folder.exists(), list(folder.iterdir())
+
+
 def test_the_sessions_python_has_the_zygote_fork_any_module_and_runs_anything_else_itself(
         zygote: tuple[subprocess.Popen[bytes], str], tmp_path: Path) -> None:
     """The script a job's session gives Spark as its Python (``sc.pythonExec``): a planner's

@@ -69,6 +69,8 @@ HASH_SEED = "PYTHONHASHSEED"
 
 _MAX_REQUEST = 1 << 20
 
+FOLDER_PREFIX = "spark-cdc-zygote-"  # a zygote's folder: its socket and its script (WRAPPER)
+
 # What Spark's planner processes of a job's query import, besides the daemon's preload: PySpark's
 # daemon and planner modules, the streaming source's runner, and the stream reader it builds
 # (cdc.spark.packed builds cdc.spark.source's CdcStreamReader there).
@@ -100,7 +102,7 @@ class Zygote:
         return self.process.poll() is None
 
     def stop(self) -> None:
-        """End the zygote (closing its stdin), and remove its socket's folder."""
+        """End the zygote (closing its stdin), and remove its folder."""
         if self.process.stdin is not None and not self.process.stdin.closed:
             self.process.stdin.close()
         try:
@@ -108,9 +110,7 @@ class Zygote:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-        for leftover in (self.path, self.python, self.path.parent):
-            with contextlib.suppress(OSError):
-                leftover.rmdir() if leftover.is_dir() else leftover.unlink()
+        _remove(self.path)
 
 
 _current: Zygote | None = None
@@ -129,7 +129,7 @@ def start(modules: Sequence[str]) -> Zygote:
     if _current is not None and _current.modules == wanted and _current.alive():
         return _current
     stop()
-    path = Path(tempfile.mkdtemp(prefix="spark-cdc-zygote-")) / "zygote.sock"
+    path = Path(tempfile.mkdtemp(prefix=FOLDER_PREFIX)) / "zygote.sock"
     env = {**os.environ, MODULES_ENV: ",".join(wanted), HASH_SEED: os.environ.get(HASH_SEED, "0")}
     process = subprocess.Popen([sys.executable, "-m", "cdc.spark.zygote", str(path)], stdin=subprocess.PIPE,
                                env=env, start_new_session=True)  # Ctrl-C goes to the driver, which ends it
@@ -234,8 +234,18 @@ def serve(path: str) -> None:
                         print(f"spark-cdc zygote: no daemon forked: {e!r}", file=sys.stderr, flush=True)
     finally:
         listener.close()
+        _remove(Path(path))
+
+
+def _remove(path: Path) -> None:
+    """Remove the socket at ``path`` and, in a folder that :func:`start` made, the folder and its
+    script: a driver killed with SIGKILL leaves nothing behind."""
+    leftovers = [path]
+    if path.parent.name.startswith(FOLDER_PREFIX):
+        leftovers += [path.parent / "python", path.parent]
+    for leftover in leftovers:
         with contextlib.suppress(OSError):
-            os.unlink(path)
+            leftover.rmdir() if leftover.is_dir() else leftover.unlink()
 
 
 def _fork_daemon(conn: socket.socket, listener: socket.socket) -> None:
