@@ -61,6 +61,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from cdc.spark.zygote import comm as zygote_comm
+
 MARK = "@@ "
 SAMPLE_S = 0.2
 
@@ -407,8 +409,9 @@ def _status_kib(pid: int, field_name: str) -> int:
     return 0
 
 
-# what a job's zygote names its forks of Spark's planner processes (cdc/spark/zygote.py: ``comm``)
-ZYGOTE_PLANNERS = ("lookup_data_sou", "create_data_sou", "plan_data_sourc")
+# what a job's zygote names its forks of Spark's planner processes and of the streaming runner
+ZYGOTE_PLANNERS = tuple(zygote_comm(m) for m in ("lookup_data_sources", "create_data_source", "plan_data_source_read"))
+ZYGOTE_RUNNER = zygote_comm("python_streaming_source_runner")
 
 
 def _role(proc: Any, root: int) -> str:
@@ -417,7 +420,7 @@ def _role(proc: Any, root: int) -> str:
     name = proc.name()
     if name == "java":
         return "jvm"
-    if name == "python_streaming_source_runner"[:15] or any("python_streaming_source_runner" in a
+    if name == ZYGOTE_RUNNER or any("python_streaming_source_runner" in a
                                                              for a in proc.cmdline()):
         return "source planner"  # the stream reader's driver side (a fork of the job's zygote names itself so)
     if name.startswith("python") or name in ZYGOTE_PLANNERS:  # Spark's Python processes, forked or not

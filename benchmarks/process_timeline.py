@@ -39,8 +39,13 @@ from typing import Any
 
 import pyarrow as pa
 
+from cdc.spark.zygote import comm as zygote_comm
+
 TICK = os.sysconf("SC_CLK_TCK")
 PLANNERS = ("lookup_data_sources", "create_data_source", "plan_data_source_read")
+# the kind of a fork of a job's zygote, by the name it gives itself
+ZYGOTE_FORKS = {zygote_comm("python_streaming_source_runner"): "source runner",
+                **{zygote_comm(p): p for p in PLANNERS}}
 
 
 def kind(cmdline: list[str], comm: str = "") -> str | None:
@@ -50,8 +55,7 @@ def kind(cmdline: list[str], comm: str = "") -> str | None:
         return None
     line = " ".join(cmdline)
     if "cdc.spark.zygote" in line:
-        by_comm = {"python_streaming_source_runner"[:15]: "source runner", **{p[:15]: p for p in PLANNERS}}
-        return by_comm.get(comm, "workers")
+        return ZYGOTE_FORKS.get(comm, "workers")
     if os.path.basename(cmdline[0]) == "java" or any(os.path.basename(a) in ("spark-submit", "spark-class")
                                                      for a in cmdline[:2]):
         return "jvm"  # spark-submit's script execs spark-class's, which execs the JVM, in the same process

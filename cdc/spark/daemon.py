@@ -102,14 +102,14 @@ def hand_over(path: str, module: str = "cdc.spark.daemon", argv: list[str] | Non
     (with ``argv``; default this process's), with this process's streams and environment, then
     stand for it until it exits: its exit status, or None when the zygote cannot (the caller then
     runs the module itself)."""
+    request = json.dumps({"executable": os.path.realpath(sys.executable), "module": module,
+                          "argv": sys.argv if argv is None else argv, "env": dict(os.environ),
+                          "path": sys.path, "cwd": os.getcwd()}).encode()
     try:
-        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        conn.connect(path)
-        request = json.dumps({"executable": os.path.realpath(sys.executable), "module": module,
-                              "argv": sys.argv if argv is None else argv, "env": dict(os.environ),
-                              "path": sys.path, "cwd": os.getcwd()}).encode()
-        socket.send_fds(conn, [struct.pack(">I", len(request)) + request], [0, 1, 2])
-        reply = read_exactly(conn, 6)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.connect(path)
+            socket.send_fds(conn, [struct.pack(">I", len(request)) + request], [0, 1, 2])
+            reply = read_exactly(conn, 6)
     except OSError:
         return None
     if reply[:2] != b"ok":

@@ -201,17 +201,23 @@ def _become(conn: socket.socket, fds: list[int], request: dict[str, Any]) -> Non
         os._exit(code)
 
 
+def comm(module: str) -> str:
+    """The name (``comm``, as ``ps`` shows it) of a fork that runs ``module``: its last part, as
+    the kernel keeps it (15 characters); ``benchmarks/`` tell the forks apart by it."""
+    return module.rsplit(".", 1)[-1][:15]
+
+
 def _name(module: str, args: list[str]) -> None:
-    """Name the process after what it runs (its ``comm``, as ``ps`` and ``benchmarks/`` show it):
-    the last part of the module, or of the worker module PySpark's daemon is given."""
+    """Name the process after what it runs (:func:`comm` of the module, or of the worker module
+    PySpark's daemon is given)."""
     what = args[0] if module == "pyspark.daemon" and args else module
     with contextlib.suppress(OSError), open("/proc/self/comm", "w") as f:
-        f.write(what.rsplit(".", 1)[-1][:15])
+        f.write(comm(what))
 
 
 def serve(path: str) -> None:
-    """The zygote: bind ``path``, preload as the daemon would, then fork a daemon for each
-    launched process that hands over, until stdin closes."""
+    """The zygote: bind ``path``, import what the session's Python processes import, then fork a
+    process for each launched one that hands over, until stdin closes."""
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the forked daemons are reaped by the kernel
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(f"{path}.new")  # first: a daemon launched during the preload waits for it
@@ -229,9 +235,9 @@ def serve(path: str) -> None:
                 conn, _ = listener.accept()
                 with conn:
                     try:
-                        _fork_daemon(conn, listener)
-                    except Exception as e:  # that launched process preloads itself instead
-                        print(f"spark-cdc zygote: no daemon forked: {e!r}", file=sys.stderr, flush=True)
+                        _fork(conn, listener)
+                    except Exception as e:  # that launched process runs the real interpreter instead
+                        print(f"spark-cdc zygote: nothing forked: {e!r}", file=sys.stderr, flush=True)
     finally:
         listener.close()
         _remove(Path(path))
@@ -248,7 +254,8 @@ def _remove(path: Path) -> None:
             leftover.rmdir() if leftover.is_dir() else leftover.unlink()
 
 
-def _fork_daemon(conn: socket.socket, listener: socket.socket) -> None:
+def _fork(conn: socket.socket, listener: socket.socket) -> None:
+    """Fork the process a launched one hands over on ``conn``, unless :func:`_refusal` says no."""
     header, fds, _, _ = socket.recv_fds(conn, 4, 3)
     try:
         if len(header) != 4 or len(fds) != 3:
