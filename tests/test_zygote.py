@@ -61,11 +61,24 @@ def zygote(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
         proc.wait(20)
 
 
+def _python(path: str, folder: Path, interpreter: str = sys.executable) -> Path:
+    """The session's Python for Spark (``sc.pythonExec``) for the zygote at ``path``, as
+    :func:`cdc.spark.zygote.start` writes it, in ``folder``."""
+    from cdc.spark.zygote import script
+
+    python = folder / "python"
+    python.write_text(script(path, interpreter))
+    python.chmod(0o755)
+    return python
+
+
 def _launch(path: str, **env: str) -> tuple[subprocess.Popen[bytes], int]:
-    """``python -m cdc.spark.daemon`` as Spark's worker factory launches it; its port."""
-    full = {**os.environ, "SPARK_CDC_ZYGOTE": path, "SPARK_CDC_PRELOAD": "json", "PYTHONHASHSEED": "0",
+    """``<the session's Python> -m cdc.spark.daemon`` as Spark's worker factory launches it; its
+    port."""
+    full = {**os.environ, "SPARK_CDC_PRELOAD": "json", "PYTHONHASHSEED": "0",
             "PYTHON_WORKER_FACTORY_SECRET": SECRET, **env}
-    proc = subprocess.Popen([sys.executable, "-m", "cdc.spark.daemon"], stdin=subprocess.PIPE,
+    python = _python(path, Path(path).parent)
+    proc = subprocess.Popen([str(python), "-m", "cdc.spark.daemon"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=full, cwd=ROOT)
     assert proc.stdout is not None
     raw = proc.stdout.read(4)
@@ -199,19 +212,23 @@ def test_a_zygote_whose_driver_was_killed_removes_its_folder() -> None:
     assert not folder.exists(), list(folder.iterdir())
 
 
+@pytest.mark.parametrize("interpreter", ["this one", "one whose path has blanks"])
 def test_the_sessions_python_has_the_zygote_fork_any_module_and_runs_anything_else_itself(
-        zygote: tuple[subprocess.Popen[bytes], str], tmp_path: Path) -> None:
+        zygote: tuple[subprocess.Popen[bytes], str], tmp_path: Path, interpreter: str) -> None:
     """The script a job's session gives Spark as its Python (``sc.pythonExec``): a planner's
     daemon (``-m pyspark.daemon <planner>``) is a fork of the zygote, named after the planner;
-    anything else, or any module once the zygote is gone, runs the real interpreter."""
-    from cdc.spark.zygote import WRAPPER
-
+    anything else, or any module once the zygote is gone, runs the real interpreter (also one
+    whose path a ``#!`` line could not hold)."""
     proc, path = zygote
-    python, work = tmp_path / "bin" / "python", tmp_path / "work"  # apart: `-m` looks in the working folder
-    python.parent.mkdir()
+    real = sys.executable
+    if interpreter != "this one":
+        (tmp_path / "an interpreter's folder").mkdir()
+        real = str(tmp_path / "an interpreter's folder" / "python")
+        Path(real).write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+        Path(real).chmod(0o755)
+    (tmp_path / "bin").mkdir()
+    python, work = _python(path, tmp_path / "bin", real), tmp_path / "work"  # apart: `-m` looks in the working folder
     work.mkdir()
-    python.write_text(WRAPPER.format(python=sys.executable, path=path))
-    python.chmod(0o755)
     env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHON_WORKER_FACTORY_SECRET": SECRET}
     planner = subprocess.Popen([str(python), "-m", "pyspark.daemon", "pyspark.sql.worker.lookup_data_sources"],
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=ROOT)

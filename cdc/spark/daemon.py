@@ -25,8 +25,8 @@ forked afterwards then calls at once instead of paying 0.7 CPU s for numba and i
 A job's local session starts this daemon as soon as the session is up, rather than at the query's
 first task (:func:`cdc.spark.session.start_workers`), and has its preload done ahead by a zygote
 process that it starts before its JVM (:mod:`cdc.spark.zygote`): the process Spark launches then
-only hands over to the zygote (:func:`hand_over`), which forks the daemon. The session's Python
-for Spark (:func:`launch`) does the same for every ``python -m`` process Spark starts.
+only hands over to the zygote (:func:`hand_over`), which forks the daemon: the session's Python for
+Spark (:func:`launch`) does so for every ``python -m`` process Spark starts.
 
 Runs on the executors only: ``python -m cdc.spark.daemon <worker module>``, as Spark launches it.
 Only the task workers' daemon uses it; the daemons of PySpark's planners (``lookup_data_sources``,
@@ -66,11 +66,6 @@ PREPARE = "prepare_worker"
 # :func:`cdc.spark.session.local_session`); unset: every registered dialect and sink.
 MODULES_ENV = "SPARK_CDC_PRELOAD"
 
-# The socket of the job's zygote (:mod:`cdc.spark.zygote`), which forks this daemon with the preload
-# done; unset, or the zygote refuses: the daemon preloads itself.
-ZYGOTE_ENV = "SPARK_CDC_ZYGOTE"
-
-
 def preload(modules: tuple[str, ...] = PRELOAD, job: str | None = None) -> list[str]:
     """Import ``modules``, then the job's modules (``job``, comma-separated) or, without them,
     every registered dialect and sink, and call the :data:`PREPARE` function of each that has
@@ -97,13 +92,13 @@ def preload(modules: tuple[str, ...] = PRELOAD, job: str | None = None) -> list[
     return failed
 
 
-def hand_over(path: str, module: str = "cdc.spark.daemon", argv: list[str] | None = None) -> int | None:
+def hand_over(path: str, module: str, argv: list[str]) -> int | None:
     """Have the zygote at ``path`` fork a process that runs ``module`` as ``python -m`` would
-    (with ``argv``; default this process's), with this process's streams and environment, then
+    (with ``argv``), with this process's streams and environment, then
     stand for it until it exits: its exit status, or None when the zygote cannot (the caller then
     runs the module itself)."""
     request = json.dumps({"executable": os.path.realpath(sys.executable), "module": module,
-                          "argv": sys.argv if argv is None else argv, "env": dict(os.environ),
+                          "argv": argv, "env": dict(os.environ),
                           "path": sys.path, "cwd": os.getcwd()}).encode()
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
@@ -180,11 +175,7 @@ def launch(path: str, python: str) -> None:
 
 
 def main() -> None:
-    zygote = os.environ.get(ZYGOTE_ENV)
-    if zygote:  # the job's zygote has the preload done: it forks the daemon (cdc.spark.zygote)
-        code = hand_over(zygote)
-        if code is not None:
-            sys.exit(code)
+    """The daemon without a zygote (a cluster's executors, or a zygote that could not serve)."""
     preload(job=os.environ.get(MODULES_ENV))
     from pyspark.daemon import manager
 

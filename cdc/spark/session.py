@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from cdc.model.spark_conf import OWN_CATALOG, SNAPSHOT_PARTITIONS
-from cdc.spark.daemon import MODULES_ENV, ZYGOTE_ENV
+from cdc.spark.daemon import MODULES_ENV
 from cdc.spark.jars import spark_jars
 
 log = logging.getLogger(__name__)
@@ -173,12 +173,11 @@ def local_session(app_name: str = "spark-cdc", parallelism: int = 2, catalog_dir
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-    zygote, started = {}, None
+    started = None
     if preload and SparkContext._active_spark_context is None:  # a new JVM: its daemon's preload starts now
-        from cdc.spark import zygote as zygotes
+        from cdc.spark import zygote
 
-        started = zygotes.start(preload)
-        zygote = {f"spark.executorEnv.{ZYGOTE_ENV}": str(started.path)}
+        started = zygote.start(preload)
     catalog = catalog_conf(catalog_dir) if catalog_dir is not None else {}
     # the light JVM's options and the catalog's Derby properties share the one setting
     java = " ".join(o for o in (light_jvm_options() if light_jvm else "", catalog.pop(JAVA_OPTIONS, "")) if o)
@@ -192,7 +191,6 @@ def local_session(app_name: str = "spark-cdc", parallelism: int = 2, catalog_dir
         SNAPSHOT_PARTITIONS: str(parallelism),
         **DAEMON_CONF,
         **({f"spark.executorEnv.{MODULES_ENV}": ",".join(preload)} if preload else {}),
-        **zygote,
         **project_conf(),
         **catalog,
         **({JAVA_OPTIONS: java} if java else {}),
@@ -206,9 +204,8 @@ def local_session(app_name: str = "spark-cdc", parallelism: int = 2, catalog_dir
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("SPARK_CDC_SPARK_LOG_LEVEL", "WARN"))
     sc = spark.sparkContext
-    if started is not None and started.python.exists() and \
-            os.path.realpath(sc.pythonExec) == os.path.realpath(sys.executable):
-        sc.pythonExec = str(started.python)  # the query's planners and runner: forks of the zygote too
+    if started is not None and os.path.realpath(sc.pythonExec) == os.path.realpath(sys.executable):
+        sc.pythonExec = str(started.python)  # the workers' daemon, the query's planners and runner
     if preload:
         start_workers(spark, parallelism)
     return spark

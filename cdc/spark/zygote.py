@@ -16,16 +16,15 @@ start: an interpreter that imports what those processes import (the daemon's pre
 workers' daemon, a planner's ``pyspark.daemon``, the streaming source's runner), the script hands
 the zygote its standard streams (``SCM_RIGHTS``), its arguments and its environment
 (:func:`cdc.spark.daemon.hand_over`); the zygote forks, and the child takes them over and runs the
-module as the launched interpreter would have. A daemon that Spark launches itself
-(``python -m cdc.spark.daemon``, with the zygote's socket in its environment) hands over the same
-way. Spark's lock is then held for a small interpreter start and a fork.
+module as the launched interpreter would have. Spark's lock is then held for a small interpreter
+start and a fork.
 
 The launched process stays until the process it handed over to exits, and passes on the SIGTERM
 with which Spark stops a daemon, so to Spark it is that process. A daemon reads its end of Spark's
 stdin pipe, and exits when the JVM closes it, as PySpark's does. Whatever goes wrong on the way (no
 zygote, another interpreter, another hash seed, anything but ``-m``) makes the launched process run
-the real interpreter instead (:func:`cdc.spark.daemon.launch`, :func:`cdc.spark.daemon.main`), so
-the zygote only ever saves time. A fork names itself after its module (``comm``, as ``ps`` shows
+the real interpreter instead (:func:`cdc.spark.daemon.launch`; the workers' daemon then preloads
+itself, :func:`cdc.spark.daemon.main`), so the zygote only ever saves time. A fork names itself after its module (``comm``, as ``ps`` shows
 it: ``plan_data_sourc``, ``python_streamin``).
 
 The zygote ends when the driver's Python process does (its stdin is a pipe from the driver), or
@@ -49,6 +48,7 @@ import json
 import os
 import runpy
 import select
+import shlex
 import signal
 import socket
 import struct
@@ -84,11 +84,17 @@ PLANNERS: tuple[str, ...] = (
 )
 
 # The session's Python for Spark: an interpreter start, then a hand-over to the zygote
-# (cdc.spark.daemon.launch).
-WRAPPER = """#!{python}
-from cdc.spark.daemon import launch
-launch({path!r}, {python!r})
+# (cdc.spark.daemon.launch). A shell script, so that any interpreter path works (a #! line cannot
+# quote one with a blank, and older kernels cut it at 127 bytes); the shell costs about 1 ms.
+WRAPPER = """#!/bin/sh
+exec {python} -c {code} "$@"
 """
+
+
+def script(path: str | Path, python: str = sys.executable) -> str:
+    """The text of the session's Python (:data:`WRAPPER`) for the zygote at ``path``."""
+    code = f"from cdc.spark.daemon import launch; launch({str(path)!r}, {python!r})"
+    return WRAPPER.format(python=shlex.quote(python), code=shlex.quote(code))
 
 
 class Zygote:
@@ -120,9 +126,8 @@ def start(modules: Sequence[str]) -> Zygote:
     """The zygote of a job whose daemon preloads ``modules``, started now unless one for the same
     modules is still running (driver, before its JVM starts); the one before is stopped.
 
-    Its socket's path goes into the daemon's environment as :data:`cdc.spark.daemon.ZYGOTE_ENV`,
-    and its script :attr:`Zygote.python`, set as the session's Python (``sc.pythonExec``), has
-    every Python process of the session's JVM forked by the zygote.
+    Its script :attr:`Zygote.python`, set as the session's Python (``sc.pythonExec``), has every
+    Python process of the session's JVM forked by the zygote, the workers' daemon among them.
     """
     global _current
     wanted = tuple(modules)
@@ -134,9 +139,8 @@ def start(modules: Sequence[str]) -> Zygote:
     process = subprocess.Popen([sys.executable, "-m", "cdc.spark.zygote", str(path)], stdin=subprocess.PIPE,
                                env=env, start_new_session=True)  # Ctrl-C goes to the driver, which ends it
     _current = Zygote(process, path, wanted)
-    if not any(c.isspace() for c in sys.executable):  # a #! line cannot quote it
-        _current.python.write_text(WRAPPER.format(python=sys.executable, path=str(path)))
-        _current.python.chmod(0o755)
+    _current.python.write_text(script(path))
+    _current.python.chmod(0o755)
     return _current
 
 
