@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from cdc.model.positions import Offset
+from cdc.model.storage import filesystem
 from cdc.spark.offsets import SourceOffset
 
 
@@ -30,10 +31,7 @@ class CheckpointFiles:
     root: str
 
     def _fs(self) -> tuple[pafs.FileSystem, str]:
-        if "://" in self.root:
-            fs, base = pafs.FileSystem.from_uri(self.root)
-            return fs, base.rstrip("/")
-        return pafs.LocalFileSystem(), self.root.rstrip("/")
+        return filesystem(self.root)
 
     def batches(self, kind: str) -> list[int]:
         """The batch ids of ``offsets`` (planned) or ``commits`` (committed), ascending."""

@@ -59,6 +59,7 @@ from cdc.model.errors import CdcError, ConfigError
 from cdc.model.hooks import NO_HOOKS, Hooks
 from cdc.model.positions import Offset
 from cdc.model.schema import TableId, TableSchema
+from cdc.model.storage import filesystem
 from cdc.spark.commit import BatchCommitter, BatchRecord
 from cdc.spark.metrics import observed
 from cdc.spark.session import fork_free_checkpoints
@@ -98,7 +99,7 @@ def _absolute(path: str) -> str:
 
 def path_exists(path: str) -> bool:
     """True when ``path`` (local or URI) exists; never creates anything."""
-    fs, base = pafs.FileSystem.from_uri(path) if "://" in path else (pafs.LocalFileSystem(), path)
+    fs, base = filesystem(path)
     return bool(fs.get_file_info(base).type != pafs.FileType.NotFound)
 
 

@@ -14,10 +14,10 @@ import os
 import uuid
 
 import pyarrow as pa
-import pyarrow.fs as pafs
 
 from cdc.model.config import JobConfig
 from cdc.model.errors import ConfigError
+from cdc.model.storage import filesystem
 
 
 def check_writable(key: str, path: str) -> None:
@@ -29,7 +29,7 @@ def check_writable(key: str, path: str) -> None:
     local = "://" not in path
     created: list[str] = []
     try:
-        fs, base = (pafs.LocalFileSystem(), os.path.abspath(path)) if local else pafs.FileSystem.from_uri(path)
+        fs, base = filesystem(path)
         if local:
             created = _missing(base)
         fs.create_dir(base, recursive=True)

@@ -21,7 +21,6 @@ lazily.
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from typing import Any
 
@@ -31,6 +30,7 @@ import pyarrow.ipc as ipc
 
 from cdc.model.positions import Offset
 from cdc.model.schema import TableId
+from cdc.model.storage import filesystem
 
 _LW_KEY = b"spark_cdc.low_watermark"
 
@@ -60,10 +60,7 @@ class StateStore:
     def fs(self) -> pafs.FileSystem:
         """The filesystem, opened on first use (executors open their own)."""
         if self._fs is None:
-            if "://" in self.root:
-                self._fs, self._base = pafs.FileSystem.from_uri(self.root)
-            else:
-                self._fs, self._base = pafs.LocalFileSystem(), os.path.abspath(self.root)
+            self._fs, self._base = filesystem(self.root)
             self._fs.create_dir(self._base, recursive=True)
         return self._fs
 

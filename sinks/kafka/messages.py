@@ -23,12 +23,12 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
-import pyarrow.fs as pafs
 import pyarrow.ipc as ipc
 
 from cdc.model.debezium.codec import DebeziumFormatError, TableEncoder, record_from_row
 from cdc.model.history import tagged_change, tagged_schema
 from cdc.model.schema import TableSchema
+from cdc.model.storage import filesystem
 from sinks.base import InvalidChangeBatch, SinkError, SinkWriter, StreamKind
 from sinks.changes import normalize
 from sinks.kafka.config import KafkaSinkConfig
@@ -68,14 +68,6 @@ class Message:
     headers: tuple[tuple[str, bytes], ...] = ()
 
 
-def staging_fs(path: str) -> tuple[pafs.FileSystem, str]:
-    """The file system and path of a staging folder (a local path or a pyarrow URI)."""
-    if "://" not in path:
-        return pafs.LocalFileSystem(), path
-    fs, root = pafs.FileSystem.from_uri(path)
-    return fs, root
-
-
 class KafkaStageWriter(SinkWriter):
     """The Kafka sink's executor side: encode change rows, stage them as one file per call.
 
@@ -104,7 +96,7 @@ class KafkaStageWriter(SinkWriter):
         if stream == "snapshot" and set(batch["op"].to_pylist()) != {"r"}:
             raise InvalidChangeBatch("snapshot rows must all have op 'r'", table=str(schema.table_id))
         table = encode_rows(self.config, schema, batch)
-        fs, root = staging_fs(self.staging)
+        fs, root = filesystem(self.staging)
         folder = f"{root}/{_safe(str(schema.table_id))}"
         fs.create_dir(folder, recursive=True)
         name = f"{stream}-{uuid.uuid4().hex}.arrow"
@@ -175,7 +167,7 @@ def log_position(source: dict[str, Any]) -> str:
 
 def read_staged(staging: str, files: list[dict[str, Any]]) -> Iterator[Message]:
     """Driver side: the messages of staged files, file by file in the given order."""
-    fs, root = staging_fs(staging)
+    fs, root = filesystem(staging)
     for f in files:
         with fs.open_input_file(f"{root}/{f['file']}") as source:
             table = ipc.open_file(source).read_all()

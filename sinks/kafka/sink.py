@@ -39,6 +39,7 @@ from cdc.model.errors import ConfigError
 from cdc.model.history import SchemaChange
 from cdc.model.hooks import NO_HOOKS, Hooks
 from cdc.model.schema import TableId, TableSchema
+from cdc.model.storage import filesystem
 from sinks.base import Committed, Sink, SinkError, SinkWriter, TableBatch, staged_files
 from sinks.kafka.config import KafkaSinkConfig
 from sinks.kafka.control import (
@@ -55,7 +56,6 @@ from sinks.kafka.messages import (
     Message,
     MessageTooLarge,
     read_staged,
-    staging_fs,
     with_headers,
 )
 
@@ -120,7 +120,7 @@ class KafkaSink(Sink):
             self.topics |= wanted | {self.kafka.commits_topic()}
 
     def _clear_staging(self) -> None:
-        fs, root = staging_fs(self.staging)
+        fs, root = filesystem(self.staging)
         fs.create_dir(root, recursive=True)
         fs.delete_dir_contents(root, missing_dir_ok=True)
 
@@ -298,7 +298,7 @@ class KafkaSink(Sink):
         raise _Retry(f"batch {batch_id}: delivery to {topic!r} failed: {err.str()}")
 
     def _remove_staged(self, tables: list[TableBatch]) -> None:
-        fs, root = staging_fs(self.staging)
+        fs, root = filesystem(self.staging)
         for f in staged_files([*chain.from_iterable(chain(b.snapshot, b.changes) for b in tables)]):
             with contextlib.suppress(FileNotFoundError):
                 fs.delete_file(f"{root}/{f['file']}")
