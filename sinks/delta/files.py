@@ -43,7 +43,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-from deltalake.fs import DeltaStorageHandler
 from deltalake.transaction import AddAction
 
 from cdc.model.history import tagged_schema
@@ -206,13 +205,9 @@ def discard_files(config: DeltaSinkConfig, schema: TableSchema, files: Iterable[
     """Delete staged files that no commit will reference (driver). A file already gone is fine;
     one this misses (the process died first) is an orphan for ``VACUUM``, as any uncommitted file."""
     for f in files:
-        uri = config.uri(schema.table_id, f.kind)
-        local = local_dir(uri)
+        fs, root = table_storage(config.uri(schema.table_id, f.kind), config.storage_options)
         with contextlib.suppress(FileNotFoundError):
-            if local is not None:
-                os.remove(os.path.join(local, f.path))
-            else:
-                table_fs(uri, config.storage_options).delete_file(f.path)
+            fs.delete_file(os.path.join(root, f.path))
 
 
 def read_change_files(config: DeltaSinkConfig, schema: TableSchema, files: Iterable[StagedFile]) -> pa.Table:
@@ -222,11 +217,7 @@ def read_change_files(config: DeltaSinkConfig, schema: TableSchema, files: Itera
     Files are read in parallel threads (Parquet decoding releases the GIL); a catch-up batch
     has dozens of them.
     """
-    uri = config.uri(schema.table_id, "changelog")
-    local = local_dir(uri)
-    fs: pafs.FileSystem = pafs.LocalFileSystem() if local is not None else \
-        pafs.PyFileSystem(DeltaStorageHandler(uri, config.storage_options or None))
-    root = local if local is not None else ""
+    fs, root = table_storage(config.uri(schema.table_id, "changelog"), config.storage_options)
     storage = changelog_schema(schema)
     paths = [os.path.join(root, f.path) for f in files if f.kind == "changelog"]
     if not paths:
@@ -280,12 +271,10 @@ def write_table_file(
 def write_file(uri: str, storage_options: dict[str, str], table: str, kind: TableKind, rows: pa.Table) -> StagedFile:
     """One Parquet file of ``rows`` in the Delta table at ``uri`` (not committed)."""
     path = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
-    local = local_dir(uri)
-    if local is not None:  # pyarrow's own file system: no Python file object in between
-        os.makedirs(local, exist_ok=True)
-        fs, target = pafs.LocalFileSystem(), os.path.join(local, path)
-    else:
-        fs, target = pafs.PyFileSystem(DeltaStorageHandler(uri, storage_options or None)), path
+    fs, root = table_storage(uri, storage_options)
+    if root:
+        os.makedirs(root, exist_ok=True)
+    target = os.path.join(root, path)
     pq.write_table(rows, target, filesystem=fs, compression="snappy", **_parquet_options(kind, rows.schema))
     info = fs.get_file_info(target)
     return StagedFile(
@@ -325,6 +314,16 @@ def local_dir(uri: str) -> str | None:
     if "://" not in uri:
         return uri
     return uri.removeprefix("file://") if uri.startswith("file://") else None
+
+
+def table_storage(uri: str, storage_options: dict[str, str]) -> tuple[pafs.FileSystem, str]:
+    """The storage of the table at ``uri`` and the table's root in it (file paths join onto it):
+    pyarrow's own local file system for a local table (no Python file object in between), or
+    delta-rs's store rooted at the table (root ``""``)."""
+    local = local_dir(uri)
+    if local is not None:
+        return pafs.LocalFileSystem(), local
+    return table_fs(uri, storage_options), ""
 
 
 def commit_snapshot_files(

@@ -21,14 +21,13 @@ from typing import Any
 
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-from deltalake.fs import DeltaStorageHandler
 
 from cdc.model.schema import TableSchema, schema_to_dict
 from sinks.base import SchemaStep, TableBatch
 from sinks.changes import changelog_schema, mirror_schema
 from sinks.delta.config import DeltaSinkConfig
 from sinks.delta.evolve import column_sources, data_names, has_lineage, remap
-from sinks.delta.files import StagedFile, local_dir, write_table_file
+from sinks.delta.files import StagedFile, table_storage, write_table_file
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +64,5 @@ def _fit(config: DeltaSinkConfig, item: dict[str, Any], schema: TableSchema) -> 
 
 
 def _file(config: DeltaSinkConfig, staged: StagedFile, schema: TableSchema) -> tuple[pafs.FileSystem, str]:
-    uri = config.uri(schema.table_id, staged.kind)
-    local = local_dir(uri)
-    if local is not None:
-        return pafs.LocalFileSystem(), os.path.join(local, staged.path)
-    return pafs.PyFileSystem(DeltaStorageHandler(uri, config.storage_options or None)), staged.path
+    fs, root = table_storage(config.uri(schema.table_id, staged.kind), config.storage_options)
+    return fs, os.path.join(root, staged.path)

@@ -29,12 +29,11 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
-from deltalake.fs import DeltaStorageHandler
 
 from cdc.model.schema import TableSchema
 from sinks.changes import DELETE_FLAG, conform
 from sinks.delta.config import DeltaSinkConfig
-from sinks.delta.files import StagedFile, local_dir, write_table_file
+from sinks.delta.files import StagedFile, table_storage, write_table_file
 
 UPSERT_FILE_ROWS = 131_072  # the most rows of one file of new rows (the snapshot's file size)
 
@@ -145,8 +144,4 @@ def _strip(fs: pafs.FileSystem, root: str, path: str, storage: pa.Schema, keys: 
 
 
 def _filesystem(config: DeltaSinkConfig, table: DeltaTable) -> tuple[pafs.FileSystem, str]:
-    uri = table.table_uri
-    local = local_dir(uri)
-    if local is not None:
-        return pafs.LocalFileSystem(), local
-    return pafs.PyFileSystem(DeltaStorageHandler(uri, config.storage_options or None)), ""
+    return table_storage(table.table_uri, config.storage_options)
