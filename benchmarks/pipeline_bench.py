@@ -258,12 +258,13 @@ def single_phase(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def jdbc_phase(spec: dict[str, Any]) -> dict[str, Any]:
-    """``spark.read.jdbc`` with numPartitions on the key range, written as Parquet by the JVM."""
+    """``spark.read.jdbc`` with numPartitions on the key range, written as Parquet by the JVM
+    (MariaDB's or PostgreSQL's JDBC driver: ``spec["driver"]``)."""
     from cdc.spark.session import local_session
 
     p = spec["parallelism"]
-    spark = local_session("spark-cdc-bench-jdbc", parallelism=p)  # the project's jars hold the JDBC driver
-    props = {"user": spec["user"], "password": spec["password"], "driver": "org.mariadb.jdbc.Driver",
+    spark = local_session("spark-cdc-bench-jdbc", parallelism=p)  # the project's jars hold the JDBC drivers
+    props = {"user": spec["user"], "password": spec["password"], "driver": spec["driver"],
              "fetchsize": str(spec["fetchsize"])}
     spark.read.jdbc(spec["url"], spec["table"], properties=props).schema  # noqa: B018  (load the driver)
     emit("ready")

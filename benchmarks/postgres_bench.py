@@ -195,29 +195,6 @@ def single_phase(spec: dict[str, Any]) -> dict[str, Any]:
     return {"seconds": time.perf_counter() - started, "rows": rows}
 
 
-def jdbc_phase(spec: dict[str, Any]) -> dict[str, Any]:
-    """``spark.read.jdbc`` with numPartitions on the key range (the PostgreSQL JDBC driver), as Parquet."""
-    import pyarrow.parquet as pq
-
-    from cdc.spark.session import local_session
-
-    p = spec["parallelism"]
-    spark = local_session("spark-cdc-bench-jdbc", parallelism=p)
-    props = {"user": spec["user"], "password": spec["password"], "driver": "org.postgresql.Driver",
-             "fetchsize": str(spec["fetchsize"])}
-    table = f"{SCHEMA}.{TABLE}"
-    spark.read.jdbc(spec["url"], table, properties=props).schema  # noqa: B018  (load the driver)
-    emit("ready")
-    started = time.perf_counter()
-    df = spark.read.jdbc(spec["url"], table, column=KEY, lowerBound=spec["lower"], upperBound=spec["upper"],
-                         numPartitions=p, properties=props)
-    df.write.mode("overwrite").parquet(spec["out"])
-    seconds = time.perf_counter() - started
-    spark.stop()
-    files = sorted(Path(spec["out"]).glob("*.parquet"))
-    return {"seconds": seconds, "rows": sum(pq.ParquetFile(f).metadata.num_rows for f in files)}
-
-
 def stream_paths_phase(spec: dict[str, Any]) -> dict[str, Any]:
     """The backlog ``(start, end]`` of a slot read twice, without Spark: by peeking (the job's way)
     and by psycopg2's replication connection; both decode every message with our pgoutput decoder
@@ -369,7 +346,7 @@ def _replication_read(cdc: PgEndpoint, spec: dict[str, Any], messages: int, time
     return {"seconds": seconds, "changes": changes, "messages": seen}
 
 
-PHASES = {"pg_single": single_phase, "pg_jdbc": jdbc_phase, "pg_stream_paths": stream_paths_phase}
+PHASES = {"pg_single": single_phase, "pg_stream_paths": stream_paths_phase}
 
 
 def child_main() -> None:
@@ -514,11 +491,12 @@ class Bench:
         fetchsize = self.args.jdbc_fetchsize if tuned else JDBC_AS_SHIPPED
         with contextlib.closing(c.connect(t.database)) as conn:
             lo, hi = conn.execute(f'SELECT MIN("{KEY}"), MAX("{KEY}") FROM {SCHEMA}.{TABLE}').fetchone() or (1, t.rows)
-        spec = {"kind": "pg_jdbc", "url": f"jdbc:postgresql://{c.host}:{c.port}/{t.database}", "user": c.user,
+        spec = {"kind": "jdbc", "url": f"jdbc:postgresql://{c.host}:{c.port}/{t.database}",
+                "driver": "org.postgresql.Driver", "table": f"{SCHEMA}.{TABLE}", "key": KEY, "user": c.user,
                 "password": c.password, "lower": int(lo), "upper": int(hi), "parallelism": p,
                 "fetchsize": fetchsize, "out": str(self.work / f"jdbc-p{p}-f{fetchsize}")}
         started_load = load()
-        child = PgChildPhase(spec, self.work / f"jdbc-p{p}-f{fetchsize}.log", self.server_pid)
+        child = ChildPhase(spec, self.work / f"jdbc-p{p}-f{fetchsize}.log", self.server_pid, server="postgres")
         r = child.wait()
         self.add(Line(jdbc_name(p, tuned), "peer", r["rows"], r["seconds"], started_load, p,
                       child.rss.to_dict(), child.rss.cpu_detail()))

@@ -172,7 +172,7 @@ class Bench:
             cur.execute(f"SELECT MIN(`{KEY}`), MAX(`{KEY}`) FROM `{t.table}`")
             lo, hi = cur.fetchone() or (1, t.rows)
         spec = {"kind": "jdbc", "url": f"jdbc:mysql://{cdc.host}:{cdc.port}/{t.database}?permitMysqlScheme",
-                "table": t.table, "key": KEY, "lower": int(lo), "upper": int(hi), "parallelism": p,
+                "driver": "org.mariadb.jdbc.Driver", "table": t.table, "key": KEY, "lower": int(lo), "upper": int(hi), "parallelism": p,
                 "user": cdc.user, "password": cdc.password, "fetchsize": fetchsize,
                 "out": str(self.work / f"jdbc-p{p}-f{fetchsize}")}
         started_load, child = load(), self.start(f"jdbc-p{p}-f{fetchsize}", spec)

@@ -25,6 +25,7 @@ on executors, one task per partition (cdc/spark/tasks.py).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 from collections.abc import Callable, Iterator
@@ -226,11 +227,13 @@ def task_reader(spec: SourceSpec) -> Callable[[InputPartition], Iterator[pa.Reco
     context = task_context(spec, spec.schemas, job_layout(spec))
     if isinstance(spec.dialect, SupportsSchemaHistory):
         spec.dialect.bind_schema_history(context.store)
+    return functools.partial(read_partition, context)
 
-    def read(partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, CdcPartition)
-        return run_partition(partition, context)
-    return read
+
+def read_partition(context: TaskContext, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    """The batches of ``partition``'s tasks (executors)."""
+    assert isinstance(partition, CdcPartition)
+    return run_partition(partition, context)
 
 
 def task_context(spec: SourceSpec, schemas: dict[TableId, TableSchema], layout: StreamLayout) -> TaskContext:
@@ -325,8 +328,7 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # --- executors ---------------------------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, CdcPartition)
-        return run_partition(partition, self.context)
+        return read_partition(self.context, partition)
 
 
 def release_log(dialect: SupportsLogRelease, committed: SourceOffset, store: StateStore,
