@@ -301,16 +301,28 @@ class Source(DataSource):
 spark = local_session("t", parallelism=1, preload=("binlog.postgres.dialect",))
 z = zygote._current.process.pid
 row = spark.range(0, 1, 1, 1).mapInArrow(lineage, "line array<long>, loaded boolean, env string").collect()[0]
-spark.dataSource.register(Source)
+spark.dataSource.register(Source)  # the JVM looks up Python data sources first (its own Python)
+
+def forks(pid):
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        children = f.read().split()
+    names = []
+    for child in children:
+        with open(f"/proc/{child}/comm") as f:
+            names.append(f.read().strip())
+    return names
+
+lookup = "lookup_data_sou" in forks(z)
 read = spark.read.format("lineage").load().collect()[0]
-print(row.line[1] == z, row.loaded, row.env, read.planner[1] == z, read.task[1] == z)
+print(row.line[1] == z, row.loaded, row.env, read.planner[1] == z, read.task[1] == z, lookup)
 """
 
 
 def test_a_jobs_session_gets_its_workers_and_planners_from_its_zygote() -> None:
     """A job's local session starts the zygote before its JVM; the SQL tasks' workers are forked
     from a daemon the zygote forked, with the job's modules loaded and Spark's task environment,
-    and so are a Python data source's planner and task processes."""
+    and so are a Python data source's planner and task processes, and the JVM's own lookup of
+    Python data sources."""
     out = subprocess.run([sys.executable, "-c", JOB_SESSION], capture_output=True, text=True, timeout=240, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.splitlines()[-1] == "True True 1 True True", out.stdout + out.stderr[-3000:]
+    assert out.stdout.splitlines()[-1] == "True True 1 True True True", out.stdout + out.stderr[-3000:]

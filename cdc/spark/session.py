@@ -6,6 +6,7 @@ Runs on the driver only.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -201,14 +202,38 @@ def local_session(app_name: str = "spark-cdc", parallelism: int = 2, catalog_dir
     builder = SparkSession.builder.appName(app_name).master(f"local[{parallelism}]")
     for key, value in settings.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with _python_for_spark(started.python if started is not None else None):
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("SPARK_CDC_SPARK_LOG_LEVEL", "WARN"))
-    sc = spark.sparkContext
-    if started is not None and os.path.realpath(sc.pythonExec) == os.path.realpath(sys.executable):
-        sc.pythonExec = str(started.python)  # the workers' daemon, the query's planners and runner
     if preload:
         start_workers(spark, parallelism)
     return spark
+
+
+@contextlib.contextmanager
+def _python_for_spark(script: Path | None) -> Iterator[None]:
+    """While a new SparkContext and its JVM start: the zygote's ``script`` as the Python of both,
+    unless the user chose another interpreter than this one. The context's (``sc.pythonExec``:
+    the workers' daemon, the query's planners and runner) reads ``PYSPARK_PYTHON``; the JVM's own
+    (``PythonUtils.defaultPythonExec``: its lookup of Python data sources, once per JVM, at a
+    job's first ``spark.dataSource.register``) reads ``PYSPARK_DRIVER_PYTHON`` from the
+    environment it starts with. That lookup was a fresh interpreter importing PySpark, 0.3-0.5 s
+    on each start's critical path; it is a fork of the zygote now."""
+    names = ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
+    mine = os.path.realpath(sys.executable)
+    if script is None or any(os.path.realpath(os.environ.get(n, sys.executable)) != mine for n in names):
+        yield
+        return
+    before = {n: os.environ.get(n) for n in names}
+    os.environ.update(dict.fromkeys(names, str(script)))
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def start_workers(spark: Any, parallelism: int) -> None:

@@ -83,10 +83,12 @@ PLANNERS: tuple[str, ...] = (
     "cdc.spark.source",
 )
 
-# The session's Python for Spark: an interpreter start, then a hand-over to the zygote
-# (cdc.spark.daemon.launch). A shell script, so that any interpreter path works (a #! line cannot
-# quote one with a blank, and older kernels cut it at 127 bytes); the shell costs about 1 ms.
+# The session's Python for Spark: for `-m`, an interpreter start, then a hand-over to the zygote
+# (cdc.spark.daemon.launch); anything else (Spark's `python -c` version check) runs the interpreter
+# at once. A shell script, so that any interpreter path works (a #! line cannot quote one with a
+# blank, and older kernels cut it at 127 bytes); the shell costs about 1 ms.
 WRAPPER = """#!/bin/sh
+[ "$1" = -m ] || exec {python} "$@"
 exec {python} -c {code} "$@"
 """
 
