@@ -40,6 +40,7 @@ from cdc.app.runner import JobRunner, catalog_dir
 from cdc.app.sandbox.mysql import Sandbox, sandbox
 from cdc.app.tpcds import CUSTOMER_COLUMNS, generate_customer, load_customer
 from cdc.model.config import JobConfig
+from cdc.spark.session import environment
 from sinks.delta.config import DeltaSinkConfig
 from sinks.kafka.config import KafkaSinkConfig
 
@@ -110,17 +111,8 @@ def demo_server(source: str) -> Iterator[DemoServer]:
 @contextlib.contextmanager
 def _demo_env(box: DemoServer, workdir: Path, kafka: str = "") -> Iterator[None]:
     """The variables configs/demo*.yaml refer to, set for the duration of the demo."""
-    values = {**box.env, "CDC_DEMO_DIR": str(workdir), "KAFKA_BOOTSTRAP": kafka}
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
+    with environment({**box.env, "CDC_DEMO_DIR": str(workdir), "KAFKA_BOOTSTRAP": kafka}):
         yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def load_tpcds(box: Sandbox, scale: float) -> int:

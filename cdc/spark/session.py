@@ -11,7 +11,7 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -224,8 +224,15 @@ def _python_for_spark(script: Path | None) -> Iterator[None]:
     if script is None or any(os.path.realpath(os.environ.get(n, sys.executable)) != mine for n in names):
         yield
         return
-    before = {n: os.environ.get(n) for n in names}
-    os.environ.update(dict.fromkeys(names, str(script)))
+    with environment(dict.fromkeys(names, str(script))):
+        yield
+
+
+@contextlib.contextmanager
+def environment(values: Mapping[str, str]) -> Iterator[None]:
+    """This process's environment with ``values`` set, until the block ends (then as before)."""
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
     try:
         yield
     finally:
