@@ -24,8 +24,8 @@ with which Spark stops a daemon, so to Spark it is that process. A daemon reads 
 stdin pipe, and exits when the JVM closes it, as PySpark's does. Whatever goes wrong on the way (no
 zygote, another interpreter, another hash seed, anything but ``-m``) makes the launched process run
 the real interpreter instead (:func:`cdc.spark.daemon.launch`; the workers' daemon then preloads
-itself, :func:`cdc.spark.daemon.main`), so the zygote only ever saves time. A fork names itself after its module (``comm``, as ``ps`` shows
-it: ``plan_data_sourc``, ``python_streamin``).
+itself, :func:`cdc.spark.daemon.main`), so the zygote only ever saves time. A fork names itself
+after its module (``comm``, as ``ps`` shows it: ``plan_data_sourc``, ``python_streamin``).
 
 The zygote ends when the driver's Python process does (its stdin is a pipe from the driver), or
 when :func:`stop` is called; the processes it forked live on until Spark stops them. It holds about
