@@ -109,7 +109,8 @@ TABLES: dict[str, tuple[Callable[[list[tuple[str, str]]], list[str]], list[tuple
                             ("--scale 100 at 2d3ce6c", "peers-2026-11-29-sf100.json"),
                             ("--scale 100 at e24900c", "peers-2026-11-29-sf100-e24900c.json"),
                             ("--scale 100 at 4e0d823", "peers-2026-11-29-sf100-4e0d823.json"),
-                            ("--scale 100 at fee29e5", "peers-2026-11-29-sf100-fee29e5.json")]),
+                            ("--scale 100 at fee29e5", "peers-2026-11-29-sf100-fee29e5.json"),
+                            ("--scale 100 at e545cd9", "peers-2026-11-29-sf100-e545cd9.json")]),
 }
 
 
