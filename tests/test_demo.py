@@ -1,18 +1,34 @@
 """``python -m cdc demo --sink kafka [--source postgres]``: the demo into a throwaway Kafka broker.
 
-The Delta demo's test lives in tests/test_job.py. These run the same demo at 1,000 customers with
-the Kafka sink, from MariaDB and from PostgreSQL: the demo starts its own servers and checks, with
+The Delta demo's test lives in tests/test_job.py, and the first one here runs it as `make demo`
+does: ``python -m cdc demo``, in a process of its own, whose Spark session is the one a job starts
+(:func:`cdc.app.runner.job_session`). The others run the same demo at 1,000 customers with the
+Kafka sink, from MariaDB and from PostgreSQL: the demo starts its own servers and checks, with
 a plain read_committed consumer, that the newest message of each key equals the source.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cdc.app.cli import build_parser
+
+
+def test_the_demo_runs_as_make_demo_runs_it(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, "-m", "cdc", "demo", "--scale", "0.01"], cwd=tmp_path,
+                         env={**os.environ, "PYSPARK_PYTHON": sys.executable}, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "tpcds.customer: 1000 rows" in out.stdout
+    assert "mirror equals the source (999 rows) and holds every change" in out.stdout
+    assert "spark-sql> SELECT count(*) FROM tpcds.customer\n    999\n" in out.stdout
+    assert (tmp_path / ".demo" / "checkpoints" / "tpcds_state" / "catalog" / "metastore_db").is_dir()
 
 
 @pytest.mark.slow

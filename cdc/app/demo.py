@@ -36,7 +36,7 @@ from typing import Any
 import yaml
 
 from cdc.app.config import parse_config
-from cdc.app.runner import JobRunner, catalog_dir
+from cdc.app.runner import JobRunner, catalog_dir, job_session
 from cdc.app.sandbox.mysql import Sandbox, sandbox
 from cdc.app.tpcds import CUSTOMER_COLUMNS, generate_customer, load_customer
 from cdc.model.config import JobConfig
@@ -230,12 +230,8 @@ def run_demo(scale: float = 0.1, workdir: Path | None = None, spark: Any | None 
               "with tpcgen-cli")
         rows = box.load(scale)
         _step(f"{DATABASE}.customer: {rows} rows")
-        from cdc.spark.session import local_session
-
         config, origin = demo_config(source, sink)
-        catalog = catalog_dir(config) if sink == "delta" else None
-        session = spark if spark is not None else local_session("spark-cdc-demo", parallelism=2,
-                                                                catalog_dir=catalog)
+        session = spark if spark is not None else job_session(config)  # as `cdc_job.py` starts it
         try:
             _run_twice(box, session, config, origin)
             if sink == "kafka":
