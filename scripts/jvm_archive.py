@@ -1,5 +1,5 @@
 """Build a class-data-sharing archive of the Spark driver JVM's classes, for the tests and for a
-job's local session (``cdc.spark.session.light_jvm_options`` maps ``<sys.prefix>/spark-classes.jsa``).
+local session (``cdc.spark.session.jvm_options`` maps ``<sys.prefix>/spark-classes.jsa``).
 
 Run: ``.venv/bin/python scripts/jvm_archive.py ARCHIVE`` (``make setup`` does, once per install).
 

@@ -19,7 +19,7 @@ from cdc.spark.session import (
     LIGHT_JVM_OPTIONS,
     fork_free_checkpoints,
     jvm_archive,
-    light_jvm_options,
+    jvm_options,
 )
 
 SOURCE = {"username": "cdc", "password": "pw", "tables": ["shop\\..*"]}
@@ -50,8 +50,8 @@ def test_the_light_jvm_options_reach_the_driver_jvm(light: bool, catalog: bool, 
     assert out.returncode == 0, out.stderr[-2000:]
     args = out.stdout.split()
     assert all(flag in args for flag in LIGHT_JVM_OPTIONS.split()) == light, args
-    if jvm_archive() is not None:  # `make setup` built it: the light JVM maps it
-        assert (f"-XX:SharedArchiveFile={jvm_archive()}" in args) == light, args
+    if jvm_archive() is not None:  # `make setup` built it: every local session's JVM maps it
+        assert f"-XX:SharedArchiveFile={jvm_archive()}" in args, args
     assert (f"-Dderby.system.home={tmp_path / 'catalog'}" in args) == catalog, args
 
 
@@ -71,16 +71,17 @@ def test_a_catalog_session_leaves_nothing_in_the_jvms_temp_folder(tmp_path: Path
     assert not list(temp.glob("*_resources")), list(temp.iterdir())
 
 
-def test_the_light_jvm_maps_the_environments_class_archive_when_there_is_one(tmp_path: Any) -> None:
-    assert light_jvm_options(tmp_path) == LIGHT_JVM_OPTIONS
+def test_every_local_session_maps_the_environments_class_archive_when_there_is_one(tmp_path: Any) -> None:
+    assert jvm_options(True, tmp_path) == LIGHT_JVM_OPTIONS
+    assert jvm_options(False, tmp_path) == ""
     (tmp_path / "spark-classes.jsa").write_bytes(b"")
-    assert light_jvm_options(tmp_path).split() == [*LIGHT_JVM_OPTIONS.split(),
-                                                   f"-XX:SharedArchiveFile={tmp_path / 'spark-classes.jsa'}",
-                                                   "-Xlog:cds=off,cds+dynamic=off"]
+    mapped = [f"-XX:SharedArchiveFile={tmp_path / 'spark-classes.jsa'}", "-Xlog:cds=off,cds+dynamic=off"]
+    assert jvm_options(True, tmp_path).split() == [*LIGHT_JVM_OPTIONS.split(), *mapped]
+    assert jvm_options(False, tmp_path).split() == mapped
     blank = tmp_path / "a b"
     blank.mkdir()
     (blank / "spark-classes.jsa").write_bytes(b"")
-    assert light_jvm_options(blank) == LIGHT_JVM_OPTIONS  # Spark would cut the path at the blank
+    assert jvm_options(True, blank) == LIGHT_JVM_OPTIONS  # Spark would cut the path at the blank
 
 
 # Three micro-batches of a file stream, available-now, into a no-op foreachBatch, on a fresh
