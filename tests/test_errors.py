@@ -17,6 +17,7 @@ from test_job import _password, raw_config, write_config  # noqa: F401 - _passwo
 
 from cdc.app.cli import main
 from cdc.app.sandbox.mysql import Sandbox, free_port
+from cdc.model.errors import ConfigError
 
 
 def run_errors(path: str, capsys: pytest.CaptureFixture[str]) -> list[str]:
@@ -64,3 +65,20 @@ def test_a_kafka_broker_that_is_down(
     errors = run_errors(write_config(tmp_path / "job.yaml", raw), capsys)
     assert len(errors) == 1, errors
     assert f"bootstrap_servers=127.0.0.1:{port}" in errors[0] and "check `bootstrap_servers`" in errors[0], errors[0]
+
+
+@pytest.mark.parametrize("as_uri", [False, True])
+def test_the_write_check_leaves_no_folder_it_created(tmp_path: Path, as_uri: bool) -> None:
+    """A plain path and a file:// URI alike: the probe's folders go again, those that were there stay."""
+    from cdc.app.writable import check_writable
+
+    (tmp_path / "kept").mkdir()
+    target = tmp_path / "kept" / "new" / "lake"
+    check_writable("sink.path", f"file://{target}" if as_uri else str(target))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept"]
+    assert list((tmp_path / "kept").iterdir()) == []
+
+    blocker = tmp_path / "kept" / "a-file"
+    blocker.write_text("a regular file")
+    with pytest.raises(ConfigError, match=r"sink\.path: cannot write to .*a-file/lake"):
+        check_writable("sink.path", f"file://{blocker}/lake" if as_uri else str(blocker / "lake"))

@@ -14,6 +14,7 @@ import os
 import uuid
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 
 from cdc.model.config import JobConfig
 from cdc.model.errors import ConfigError
@@ -26,11 +27,10 @@ def check_writable(key: str, path: str) -> None:
     Raises:
         ConfigError: names the key, the path, the reason and the fix.
     """
-    local = "://" not in path
     created: list[str] = []
     try:
         fs, base = filesystem(path)
-        if local:
+        if isinstance(fs, pafs.LocalFileSystem):  # a plain path or a file:// URI
             created = _missing(base)
         fs.create_dir(base, recursive=True)
         probe = f"{base.rstrip('/')}/.spark-cdc-probe-{uuid.uuid4().hex}"
