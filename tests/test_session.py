@@ -71,7 +71,10 @@ def test_a_catalog_session_leaves_nothing_in_the_jvms_temp_folder(tmp_path: Path
     assert not list(temp.glob("*_resources")), list(temp.iterdir())
 
 
-def test_every_local_session_maps_the_environments_class_archive_when_there_is_one(tmp_path: Any) -> None:
+def test_every_local_session_maps_the_environments_class_archive_when_there_is_one(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("SPARK_SUBMIT_OPTS", raising=False)
     assert jvm_options(True, tmp_path) == LIGHT_JVM_OPTIONS
     assert jvm_options(False, tmp_path) == ""
     (tmp_path / "spark-classes.jsa").write_bytes(b"")
@@ -82,6 +85,10 @@ def test_every_local_session_maps_the_environments_class_archive_when_there_is_o
     blank.mkdir()
     (blank / "spark-classes.jsa").write_bytes(b"")
     assert jvm_options(True, blank) == LIGHT_JVM_OPTIONS  # Spark would cut the path at the blank
+    # scripts/jvm_archive.py's JVM dumps an archive: the JDK would refuse to on top of another
+    monkeypatch.setenv("SPARK_SUBMIT_OPTS", f"-XX:ArchiveClassesAtExit={tmp_path / 'new.jsa'}")
+    assert jvm_options(False, tmp_path) == ""
+    assert jvm_options(True, tmp_path) == LIGHT_JVM_OPTIONS
 
 
 # Three micro-batches of a file stream, available-now, into a no-op foreachBatch, on a fresh

@@ -141,8 +141,11 @@ def jvm_archive(prefix: str | Path = sys.prefix) -> Path | None:
 
 def jvm_options(light: bool, prefix: str | Path = sys.prefix) -> str:
     """A local session's driver JVM options: :data:`LIGHT_JVM_OPTIONS` when ``light``, and the
-    environment's class archive when there is one."""
-    archive = jvm_archive(prefix)
+    environment's class archive when there is one, unless the JVM is to dump an archive itself
+    (``-XX:ArchiveClassesAtExit`` in ``SPARK_SUBMIT_OPTS``, as scripts/jvm_archive.py starts it):
+    the JDK writes no dynamic archive on top of another."""
+    dumping = "-XX:ArchiveClassesAtExit" in os.environ.get("SPARK_SUBMIT_OPTS", "")
+    archive = None if dumping else jvm_archive(prefix)
     mapped = f"-XX:SharedArchiveFile={archive} -Xlog:cds=off,cds+dynamic=off" if archive is not None else ""
     return " ".join(o for o in (LIGHT_JVM_OPTIONS if light else "", mapped) if o)
 
