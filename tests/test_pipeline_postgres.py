@@ -122,7 +122,15 @@ def test_catch_up_read_by_several_stream_tasks_is_exact(pipeline: PgPipeline, pg
             with pytest.raises((JobFailed, InjectedFault), match="injected fault at stream"):
                 pipeline.run()
         catch_up = pipeline.run()
-        assert [b.change_rows > 0 for b in catch_up] == [True], "one catch-up batch"
+        with_rows = [b.change_rows > 0 for b in catch_up]
+        # After the fault Spark replays the failed run's batch, which ends where that run's
+        # available-now target was. Its tasks may have made their temporary slots before the
+        # fault (creating a logical slot writes WAL), so the new run's target can lie past that
+        # end: one more batch then moves the position over WAL without changes.
+        if fault:
+            assert with_rows[0] and not any(with_rows[1:]), with_rows
+        else:
+            assert with_rows == [True], "one catch-up batch"
         check_all(pipeline)
         for table in "tu":
             changelog = pipeline.lake / pipeline.schema / f"{table}_changelog"
