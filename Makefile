@@ -10,8 +10,9 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
 # A class-data-sharing archive of the Spark driver's classes, built once per install
 # (scripts/jvm_archive.py): a JVM start then skips loading and verifying Spark's classes (a session
-# start here: 24 s without, 10 s with). The tests map it, and so does a job's local session
-# (cdc.spark.session.light_jvm_options). A JVM with another classpath or JDK ignores it, quietly.
+# start here: 24 s without, 10 s with). The tests map it, and so does every local session
+# (cdc.spark.session.jvm_options). A JVM with another classpath or JDK ignores it, quietly. Its dump
+# first removes the signatures of Spark's signed jars (janino), whose classes it could not hold.
 JVM_ARCHIVE := $(VENV)/spark-classes.jsa
 
 setup: $(STAMP) $(JVM_ARCHIVE)
