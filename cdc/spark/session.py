@@ -123,6 +123,17 @@ def catalog_conf(directory: str | Path) -> dict[str, str]:
 # 2M-update catch-up 1.11x. A mirror merged by delta-spark runs in the JVM, and keeps the defaults.
 LIGHT_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
+# The same JVM's SQL runs interpreted, with no Java code generated and compiled: its queries move a
+# few manifest rows per batch, and Janino's compile of a query's first batch (whole-stage code,
+# then each projection and predicate; most of its time looking up classes over Spark's jars) took
+# more than the rows' evaluation ever saves. `NO_CODEGEN` is Spark's own interpreted path, the one it
+# falls back to when a compile fails (an internal setting, so set here only, with the reason).
+# TPC-DS SF10, a 30k-update catch-up from the query's start (benchmarks/tpcds_customer.py --scale 10
+# --burst 30000 --catch-up-only, four rounds alternating, 2026-12-02): 1.21-1.62 s against
+# 1.51-2.06 s with code generation, its batch 0.87-1.10 s against 1.09-1.50 s; without whole-stage
+# code alone it did not move (1.63-1.98 s).
+INTERPRETED_SQL = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+
 # `make setup` dumps Spark's driver classes, parsed and verified, into a class-data-sharing archive
 # of this environment (scripts/jvm_archive.py, with LIGHT_JVM_OPTIONS); a JVM that maps it skips
 # that work at start, whatever its compiler and collector: every local session maps it (a session
@@ -161,7 +172,8 @@ def local_session(app_name: str = "spark-cdc", parallelism: int = 2, catalog_dir
         catalog_dir: keep the catalog (tables by name) in this directory (see :func:`catalog_conf`);
             None: Spark's in-memory catalog.
         light_jvm: start the driver JVM with :data:`LIGHT_JVM_OPTIONS` (C1 only, the serial
-            collector), for a JVM that does no heavy work. Either way it maps the class archive
+            collector), and run its SQL interpreted (:data:`INTERPRETED_SQL`), for a JVM that does
+            no heavy work. Either way it maps the class archive
             when there is one (:func:`jvm_options`); ``spark.driver.extraJavaOptions`` in
             ``conf`` wins. Ignored when this process's JVM is already running.
         preload: the modules of the job's dialect and sinks, which the workers' daemon then
@@ -201,6 +213,7 @@ def local_session(app_name: str = "spark-cdc", parallelism: int = 2, catalog_dir
         **project_conf(),
         **catalog,
         **({JAVA_OPTIONS: java} if java else {}),
+        **(INTERPRETED_SQL if light_jvm else {}),
         **conf,
     }
     if catalog_dir is not None:
