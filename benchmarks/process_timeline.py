@@ -208,14 +208,11 @@ def main() -> None:
     if not command:
         p.error("give the command to run after --")
     with tempfile.TemporaryDirectory(prefix="process-timeline-") as tmp:
-        conf, events = Path(tmp) / "conf", Path(tmp) / "events"
-        conf.mkdir()
+        events = Path(tmp) / "events"
         events.mkdir()
-        (conf / "spark-defaults.conf").write_text(
-            f"spark.eventLog.enabled true\nspark.eventLog.dir file://{events}\n")
         procs: dict[int, Proc] = {}
         stop = threading.Event()
-        run = subprocess.Popen(command, env={**os.environ, "SPARK_CONF_DIR": str(conf)})
+        run = subprocess.Popen(command, env={**os.environ, "SPARK_SUBMIT_OPTS": event_log_options(events)})
         sampler = threading.Thread(target=sample, args=(run.pid, procs, stop), daemon=True)
         sampler.start()
         try:
@@ -227,6 +224,17 @@ def main() -> None:
         start, spark = spark_events(events, a.app)
         report(procs, start, spark, a.window, a.lo, a.hi)
     sys.exit(run.returncode)
+
+
+def event_log_options(events: Path) -> str:
+    """``SPARK_SUBMIT_OPTS`` that turn Spark's event log on into ``events``, next to the caller's own.
+
+    The driver JVM's ``spark.*`` system properties reach its SparkConf. A ``SPARK_CONF_DIR`` of
+    our own would do it too, but that folder goes first on the JVM's class path, which then no
+    longer matches the class archive's (`make setup`), and the JVM drops the archive: the run
+    would measure a slower start than a job has."""
+    own = os.environ.get("SPARK_SUBMIT_OPTS", "")
+    return " ".join(o for o in (own, "-Dspark.eventLog.enabled=true", f"-Dspark.eventLog.dir=file://{events}") if o)
 
 
 if __name__ == "__main__":
