@@ -114,7 +114,8 @@ TABLES: dict[str, tuple[Callable[[list[tuple[str, str]]], list[str]], list[tuple
                             ("--scale 100 at fee29e5", "peers-2026-11-29-sf100-fee29e5.json"),
                             ("--scale 100 at e545cd9", "peers-2026-11-29-sf100-e545cd9.json"),
                             ("--scale 100 at b1b16c6", "peers-2026-12-01-sf100-b1b16c6.json"),
-                            ("--quick at 02d225c", "peers-2026-12-02-sf100-quick-02d225c.json")]),
+                            ("--quick at 02d225c", "peers-2026-12-02-sf100-quick-02d225c.json"),
+                            ("--scale 100 at 471911b", "peers-2026-12-02-sf100-471911b.json")]),
 }
 
 
