@@ -98,6 +98,36 @@ def test_every_local_session_maps_the_environments_class_archive_when_there_is_o
     assert jvm_options(True, tmp_path) == LIGHT_JVM_OPTIONS
 
 
+def test_an_own_spark_conf_dir_is_named_as_voiding_the_class_archive(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Spark puts SPARK_CONF_DIR first on the JVM's class path, which then no longer matches the
+    archive's: the JVM drops the archive quietly (README), so the session says it."""
+    import pyspark
+
+    monkeypatch.delenv("SPARK_SUBMIT_OPTS", raising=False)
+    monkeypatch.delenv("SPARK_HOME", raising=False)
+    (tmp_path / "spark-classes.jsa").write_bytes(b"")
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path / "conf"))
+    with caplog.at_level("WARNING", logger="cdc.spark.session"):
+        jvm_options(True, tmp_path)
+    assert [r.getMessage() for r in caplog.records if "SPARK_CONF_DIR" in r.getMessage()
+            and "SPARK_SUBMIT_OPTS" in r.getMessage()], caplog.text
+    caplog.clear()
+    for quiet in ({"SPARK_CONF_DIR": str(Path(pyspark.__file__).parent / "conf")},  # the default one
+                  {"SPARK_CONF_DIR": ""}):
+        for name, value in quiet.items():
+            monkeypatch.setenv(name, value)
+        with caplog.at_level("WARNING", logger="cdc.spark.session"):
+            jvm_options(True, tmp_path)
+            jvm_options(True, tmp_path / "no-archive")  # nothing to void
+        assert not caplog.records, caplog.text
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path / "conf"))
+    with caplog.at_level("WARNING", logger="cdc.spark.session"):
+        jvm_options(True, tmp_path / "no-archive")
+    assert not caplog.records, caplog.text
+
+
 # Three micro-batches of a file stream, available-now, into a no-op foreachBatch, on a fresh
 # session; prints the readlink calls logged while the query ran, and the batches.
 THREE_BATCHES = """
