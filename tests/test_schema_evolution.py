@@ -352,25 +352,31 @@ def test_ddl_among_random_writers_just_before_sigkills_is_exact(
     j_writer = RandomWriter(mysql_server, database, "j", seed=seed + 1, key_space=JOINING_ROWS + 500, pause_s=0.005)
     cuts = []
     at_kill: list[str | None] = []  # j's state in the last offset each killed driver planned
-    with writing(writer), contextlib.ExitStack() as stack:
-        for steps in DDL_MIX:
-            driver = Driver(p.raw_config(), p.workdir)
-            try:
-                for when, statements, columns in steps:
-                    driver.reach(when, j)
-                    cuts.append(writer.alter(*statements, **columns))
-                    if len(cuts) == 1:  # j: created and written while the DDL mix goes on
-                        sql(mysql_server, database, "CREATE TABLE j (id INT PRIMARY KEY, v VARCHAR(40), n INT NOT NULL)",
-                            "INSERT INTO j VALUES " + ",".join(f"({i}, 'j{i}', {i})" for i in range(JOINING_ROWS)))
-                        stack.enter_context(writing(j_writer))
-            finally:
-                driver.kill()
-            at_kill.append(table_state(driver.planned(), j))
-        wait_for_statements(writer, 20)  # changes under the last DDL, for the catch-up run
-        wait_for_statements(j_writer, 20)
-    assert at_kill == ["snapshot", "snapshot"], f"the SIGKILLs landed during j's join: {at_kill}"
-    assert writer.error is None and writer.statements > 100, writer.error
-    p.run()  # restart from the checkpoint and catch up
+    # j's writer goes on through the restart: its changes then also follow chunks of j emitted
+    # before them (when the SIGKILLs left none emitted, a restart after the writer stopped merged
+    # every change of j into its snapshot rows)
+    with contextlib.ExitStack() as joining:
+        with writing(writer):
+            for steps in DDL_MIX:
+                driver = Driver(p.raw_config(), p.workdir)
+                try:
+                    for when, statements, columns in steps:
+                        driver.reach(when, j)
+                        cuts.append(writer.alter(*statements, **columns))
+                        if len(cuts) == 1:  # j: created and written while the DDL mix goes on
+                            sql(mysql_server, database,
+                                "CREATE TABLE j (id INT PRIMARY KEY, v VARCHAR(40), n INT NOT NULL)",
+                                "INSERT INTO j VALUES " + ",".join(f"({i}, 'j{i}', {i})" for i in range(JOINING_ROWS)))
+                            joining.enter_context(writing(j_writer))
+                finally:
+                    driver.kill()
+                at_kill.append(table_state(driver.planned(), j))
+            wait_for_statements(writer, 20)  # changes under the last DDL, for the catch-up run
+            wait_for_statements(j_writer, 20)
+        assert at_kill == ["snapshot", "snapshot"], f"the SIGKILLs landed during j's join: {at_kill}"
+        assert writer.error is None and writer.statements > 100, writer.error
+        p.run()  # restart from the checkpoint and catch up, j's writer still writing
+    p.run()  # and the changes it made meanwhile
     schemas = p.schemas()
     schema = schemas[TableId(database, "w")]
     assert schema.column_names == ["id", "title", "n"]

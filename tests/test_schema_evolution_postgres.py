@@ -460,23 +460,28 @@ def test_ddl_among_random_writers_just_before_a_sigkill_is_exact(pipeline: PgPip
     writer = PgDdlRandomWriter(p, "w", seed=29, key_space=500)  # rows 506-598 stay as read
     j_writer = PausedPgWriter(p, "j", seed=30, key_space=JOINING_ROWS + 500)
     cuts = []
-    with writing(writer), contextlib.ExitStack() as stack:
-        driver = Driver(p.raw_config(), p.workdir)
-        try:
-            for when, statements, columns in PG_DDL_MIX:
-                driver.reach(when, j)
-                cuts.append(writer.alter(*statements, **columns))
-                if len(cuts) == 2:  # j: created and written while the DDL goes on
-                    sql(p, "CREATE TABLE j (id int PRIMARY KEY, v varchar(40), n int NOT NULL)",
-                        f"INSERT INTO j SELECT i, 'j' || i, i FROM generate_series(0, {JOINING_ROWS - 1}) AS i")
-                    stack.enter_context(writing(j_writer))
-        finally:
-            driver.kill()
-        wait_for_statements(writer, 20)  # changes under the last DDL, for the catch-up run
-        wait_for_statements(j_writer, 20)
-    assert table_state(driver.planned(), j) == "snapshot", "the SIGKILL landed during j's join"
-    assert writer.error is None and writer.statements > 100, writer.error
-    p.run()  # restart from the checkpoint and catch up
+    # j's writer goes on through the restart: its changes then also follow chunks of j emitted
+    # before them (when the SIGKILL left none emitted, a restart after the writer stopped merged
+    # every change of j into its snapshot rows)
+    with contextlib.ExitStack() as joining:
+        with writing(writer):
+            driver = Driver(p.raw_config(), p.workdir)
+            try:
+                for when, statements, columns in PG_DDL_MIX:
+                    driver.reach(when, j)
+                    cuts.append(writer.alter(*statements, **columns))
+                    if len(cuts) == 2:  # j: created and written while the DDL goes on
+                        sql(p, "CREATE TABLE j (id int PRIMARY KEY, v varchar(40), n int NOT NULL)",
+                            f"INSERT INTO j SELECT i, 'j' || i, i FROM generate_series(0, {JOINING_ROWS - 1}) AS i")
+                        joining.enter_context(writing(j_writer))
+            finally:
+                driver.kill()
+            wait_for_statements(writer, 20)  # changes under the last DDL, for the catch-up run
+            wait_for_statements(j_writer, 20)
+        assert table_state(driver.planned(), j) == "snapshot", "the SIGKILL landed during j's join"
+        assert writer.error is None and writer.statements > 100, writer.error
+        p.run()  # restart from the checkpoint and catch up, j's writer still writing
+    p.run()  # and the changes it made meanwhile
     schemas = p.schemas()
     schema = schemas[TableId(p.schema, "w")]
     assert schema.column_names == ["id", "title", "n"]
