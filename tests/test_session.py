@@ -114,10 +114,8 @@ def test_an_own_spark_conf_dir_is_named_as_voiding_the_class_archive(
     assert [r.getMessage() for r in caplog.records if "SPARK_CONF_DIR" in r.getMessage()
             and "SPARK_SUBMIT_OPTS" in r.getMessage()], caplog.text
     caplog.clear()
-    for quiet in ({"SPARK_CONF_DIR": str(Path(pyspark.__file__).parent / "conf")},  # the default one
-                  {"SPARK_CONF_DIR": ""}):
-        for name, value in quiet.items():
-            monkeypatch.setenv(name, value)
+    for quiet in (str(Path(pyspark.__file__).parent / "conf"), ""):  # PySpark's default folder, or none
+        monkeypatch.setenv("SPARK_CONF_DIR", quiet)
         with caplog.at_level("WARNING", logger="cdc.spark.session"):
             jvm_options(True, tmp_path)
             jvm_options(True, tmp_path / "no-archive")  # nothing to void
