@@ -110,10 +110,11 @@ def reader(cdc_endpoint: Endpoint, database: str) -> Iterator[Callable[..., MySq
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """One local Spark session (2 threads) for the whole test run, with `mysql-cdc` registered."""
-    from cdc.spark.session import local_session
+    from spark_session import run_session
+
     from cdc.spark.source import MySqlCdcDataSource
 
-    session = local_session("spark-cdc-tests", parallelism=2)
+    session = run_session()
     session.dataSource.register(MySqlCdcDataSource)
     try:
         yield session

@@ -590,15 +590,15 @@ def test_a_driver_killed_right_after_a_ddl_during_the_snapshot_recovers_exactly(
 
 
 def _main(arg: str) -> None:
+    from spark_session import run_session
     from test_ddl_during_snapshot import DdlHooks as Hooks  # by module: the workers import it
 
     from cdc.app.config import parse_config
-    from cdc.spark.session import local_session
 
     spec = json.loads(arg)
     config = parse_config({**spec["config"], "trigger_interval": "200ms"}, warn_plain_password=False)
     hooks = Hooks(Path(spec["hooks"]), Endpoint(**spec["admin"]), spec["database"])
-    spark = local_session("spark-cdc-ddl-driver", parallelism=2)
+    spark = run_session("spark-cdc-ddl-driver", Path(spec["hooks"]).parent / "warehouse")
     JobRunner(config, spark, hooks=hooks).run()
 
 

@@ -54,9 +54,9 @@ def _delta_rs(root: str, query_id: str) -> DeltaTables:
 
 
 def _delta_spark(root: str, query_id: str) -> DeltaTables:
-    from cdc.spark.session import local_session
+    from spark_session import run_session
 
-    spark = local_session("spark-cdc-tests", parallelism=2)  # the session of the test run
+    spark = run_session()  # the session of the test run
     return DeltaTables(DeltaSinkConfig(path=root, engine="delta-spark"), query_id, spark=spark)
 
 
@@ -338,9 +338,9 @@ def test_tables_read_the_same_with_delta_rs_duckdb_polars_and_spark(
     if sink.engine_name == "delta-spark":  # the readers below must apply deletion vectors
         features = DeltaTable(config.uri(s.table_id, "mirror")).protocol().reader_features or []
         assert "deletionVectors" in features
-    from cdc.spark.session import local_session
+    from spark_session import run_session
 
-    spark = local_session("spark-cdc-tests", parallelism=2)  # the test run's session
+    spark = run_session()  # the test run's session
     for kind in KINDS:
         seen = read_with_every_reader(config.uri(s.table_id, kind), spark)
         reference = frozen_rows(seen["delta-rs"])

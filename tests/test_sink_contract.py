@@ -82,9 +82,9 @@ def _delta(mirror_mode: str, engine: str = "delta-rs") -> SinkKind:
                                  register_tables=False)
         spark = None
         if engine == "delta-spark":
-            from cdc.spark.session import local_session
+            from spark_session import run_session
 
-            spark = local_session("spark-cdc-tests", parallelism=2)  # the test run's session
+            spark = run_session()  # the test run's session
         return DeltaSink(config, job_id, spark=spark, hooks=hooks)
 
     def changes(root: str, schema: TableSchema) -> list[dict[str, Any]]:
