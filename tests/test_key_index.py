@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from sinks.delta.key_index import KeyColumns, KeyIndex, SortedKeys, file_keys
+from sinks.delta.key_index import KeyColumns, KeyIndex, SortedKeys, file_keys, sorted_union
 
 
 def _file(tmp_path: Path, name: str, table: pa.Table) -> str:
@@ -90,3 +90,14 @@ def test_sorted_lookup_agrees_with_arrow_on_random_files(tmp_path: Path) -> None
         column = pa.chunked_array([pa.array(values, pa.int64())])
         expected = np.flatnonzero(pc.is_in(column, value_set=wanted["id"]).to_numpy(zero_copy_only=False))
         assert SortedKeys(column).positions(wanted, ("id",)).tolist() == expected.tolist(), trial
+
+
+def test_sorted_union_is_the_distinct_positions_ascending() -> None:
+    """Sorted or not, overlapping or not, empty or not: what ``np.unique`` of them all gives."""
+    rng = np.random.default_rng(7)
+    for _ in range(500):
+        parts = [rng.integers(0, 60, int(rng.integers(0, 40))) for _ in range(int(rng.integers(1, 4)))]
+        parts = [np.sort(p) if rng.random() < 0.7 else p for p in parts]
+        got = sorted_union(*parts)
+        assert got.dtype == np.int64
+        assert got.tolist() == np.unique(np.concatenate(parts)).tolist(), parts

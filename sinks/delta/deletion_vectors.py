@@ -72,7 +72,7 @@ from sinks.delta.files import (
     write_file,
     write_table_file,
 )
-from sinks.delta.key_index import KeyIndex
+from sinks.delta.key_index import KeyIndex, sorted_union
 from sinks.delta.rewrite import UPSERT_FILE_ROWS, KeyRanges
 
 log = logging.getLogger(__name__)
@@ -223,7 +223,7 @@ class DeletionVectorMerge:
             found = pool.map(positions, range(len(paths)))
             added = new_files(pool)
             found_list = [f for f in found if f is not None]
-        deletes = {paths[i]: np.union1d(hidden.get(paths[i], _EMPTY), new) for i, new in found_list}
+        deletes = {paths[i]: sorted_union(hidden.get(paths[i], _EMPTY), new) for i, new in found_list}
         own = {f.path: hide for f, hide in added if hide.size}  # rows of a new file a later piece replaced
         vectors = self._write_vectors(root, {**deletes, **own})
         old = self._current(table, root, {p: len(hidden[p]) for p in deletes if p in hidden})
