@@ -140,7 +140,10 @@ class SparkCluster:
         runs here, in client mode, in its own process group)."""
         conf = {**DELTA_CONF, "spark.pyspark.python": sys.executable, "spark.executor.memory": "1g",
                 "spark.driver.memory": "1g", "spark.ui.enabled": "false", "spark.log.level": "WARN",
-                "spark.task.maxFailures": "8", "spark.sql.shuffle.partitions": "2"}
+                "spark.task.maxFailures": "8", "spark.sql.shuffle.partitions": "2",
+                # the executors' temp files (native libraries unpacked) stay in the cluster's folder:
+                # an executor SIGKILLed with its worker never removes them
+                "spark.executor.extraJavaOptions": f"-Djava.io.tmpdir={self.folder}"}
         command = [str(SPARK_HOME / "bin" / "spark-submit"), "--master", self.url,
                    "--jars", ",".join(spark_jars())]
         for key, value in conf.items():
