@@ -104,6 +104,7 @@ TABLES: dict[str, tuple[Callable[[list[tuple[str, str]]], list[str]], list[tuple
                             ("--scale 100 at b1b16c6", "tpcds_customer-2026-12-01-sf100-b1b16c6.json"),
                             ("--scale 100 at 02d225c", "tpcds_customer-2026-12-02-sf100-02d225c.json"),
                             ("--scale 100 at 8632c68", "tpcds_customer-2026-12-02-sf100-8632c68.json"),
+                            ("--scale 100 at aae827b", "tpcds_customer-2026-12-02-sf100-aae827b.json"),
                             ("--full", "tpcds_customer-2026-11-22-sf100-full.json"),
                             ("--burst 2000000", "tpcds_customer-2026-11-26-sf100-burst2000000.json")]),
     "peers": (peers_table, [("make bench-quick", "peers-2026-11-28-sf10-quick.json"),
@@ -117,7 +118,8 @@ TABLES: dict[str, tuple[Callable[[list[tuple[str, str]]], list[str]], list[tuple
                             ("--scale 100 at b1b16c6", "peers-2026-12-01-sf100-b1b16c6.json"),
                             ("--quick at 02d225c", "peers-2026-12-02-sf100-quick-02d225c.json"),
                             ("--scale 100 at 471911b", "peers-2026-12-02-sf100-471911b.json"),
-                            ("--quick at 8632c68", "peers-2026-12-02-sf100-quick-8632c68.json")]),
+                            ("--quick at 8632c68", "peers-2026-12-02-sf100-quick-8632c68.json"),
+                            ("--quick at aae827b", "peers-2026-12-02-sf100-quick-aae827b.json")]),
 }
 
 
