@@ -80,9 +80,9 @@ def test_a_cut_survives_the_offset_log_and_byte_cuts_are_cuts() -> None:
     assert cuts and all(c.cut for c in cuts)
 
 
-def test_the_option_defaults_to_64_mib_and_can_be_turned_off() -> None:
+def test_the_option_defaults_to_128_mib_and_can_be_turned_off() -> None:
     base = {"hostname": "h", "username": "u", "tables": ["d\\..*"]}
-    assert MySqlSourceConfig.model_validate(base).max_batch_bytes == 64 * 1024 * 1024
+    assert MySqlSourceConfig.model_validate(base).max_batch_bytes == 128 * 1024 * 1024
     assert MySqlSourceConfig.model_validate({**base, "max_batch_bytes": None}).max_batch_bytes is None
     with pytest.raises(ValueError, match="max_batch_bytes"):
         MySqlSourceConfig.model_validate({**base, "max_batch_bytes": 0})

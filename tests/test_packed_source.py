@@ -87,7 +87,7 @@ def test_the_driver_calls_go_to_the_specs_own_reader(tmp_path: Path) -> None:
     shipped = pickle.loads(cloudpickle.dumps(packed_job_source(given)))
     reader = shipped({}).streamReader(shipped({}).schema())
     own = CdcStreamReader(given, {SCHEMA.table_id: SCHEMA}, StreamLayout([SCHEMA]))
-    assert reader.getDefaultReadLimit() == own.getDefaultReadLimit() == ReadMaxBytes(64 * 1024 * 1024)
+    assert reader.getDefaultReadLimit() == own.getDefaultReadLimit() == ReadMaxBytes(128 * 1024 * 1024)
     built = reader._driver()
     assert isinstance(built, CdcStreamReader) and reader._driver() is built  # built once, at the first call
     assert built.spec.state_dir == given.state_dir and built.spec.parallelism == 2

@@ -56,15 +56,18 @@ class MySqlSourceConfig(SourceConfig):
     stream_split_bytes: int = Field(default=16 * 1024 * 1024, gt=0, description="a catch-up batch's binlog "
                                     "slice is read by several tasks (up to `parallelism`, one server id each) "
                                     "when it holds at least twice this many bytes; each decodes its own piece")
-    # 64 MiB: with the mirror's deletion vectors (the default) the stream's tasks write the mirror's
-    # new rows and the driver reads key columns alone, so its peak no longer follows the cap: a
-    # 2M-update backlog (TPC-DS SF100, 2026-11-29) ran at 177k changes/s with the driver at 430 MiB,
-    # against 119k at 399 MiB (32 MiB, the default before) and 192k at 454 MiB (128 MiB); a 300k-update
-    # catch-up took 3.75-3.86 s against 4.52-4.80 s at 32 MiB (benchmarks/tpcds_customer.py
-    # --max-batch-bytes). A copy-on-write mirror's MERGE still reads the changes into the driver:
-    # 1,286-1,289 MiB at 64 MiB, 835-853 MiB at 32 MiB (--copy-on-write, 2026-11-29).
+    # 128 MiB: with the mirror's deletion vectors (the default) the stream's tasks write the mirror's
+    # new rows and the driver reads key columns alone, so its peak hardly follows the cap: a
+    # 2M-update backlog (TPC-DS SF100) ran at 177k changes/s with the driver at 430 MiB against 192k at
+    # 454 MiB at 128 MiB (2026-11-29), and at 147k (388 MiB) against 150k (444 MiB) on 2026-12-02. A
+    # 300k-update catch-up (72 MB of binlog) is then one batch instead of two, without the second
+    # one's fixed costs: 2.64, 2.95, 3.33 s against 3.09, 3.54, 3.13 s at 64 MiB (alternating, after
+    # the last MERGE got quicker in 714dd30; 64 MiB was the default from 2026-11-29 to 2026-12-02;
+    # benchmarks/tpcds_customer.py --catch-up-only --max-batch-bytes). A copy-on-write mirror's MERGE
+    # still reads the changes into the driver: 1,286-1,289 MiB at 64 MiB, 835-853 MiB at 32 MiB
+    # (--copy-on-write, 2026-11-29), so such a job should set 32 MiB.
     max_batch_bytes: int | None = Field(
-        default=64 * 1024 * 1024, gt=0, description="the most binlog bytes one batch reads: when the "
+        default=128 * 1024 * 1024, gt=0, description="the most binlog bytes one batch reads: when the "
         "binlog from the last batch's end to the server's end holds more (a backlog, a catch-up), the "
         "batch ends this many bytes on (counted across files) and the next batch continues there; each "
         "transaction belongs to the batch it begins in. Bounds a batch's work and the rows it brings to the sinks; "
