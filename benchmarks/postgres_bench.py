@@ -23,8 +23,9 @@ in one run on the same data:
   Delta mirror and changelog, at parallelism 2 (``--parallelism``), ``chunks_per_batch`` the
   job's default of 16 x p (``--chunks-per-batch``; 4 x p until 2026-11-26);
 * **catch-up**: ``--updates`` row updates (``UPDATE ... WHERE key BETWEEN a AND b``, 1,000 rows each)
-  after the snapshot, then one available-now run: changes/s into both tables, from the query's
-  start until the mirror holds the last change;
+  after the snapshot, then ``--rounds`` available-now runs of it, each from the job's state and a
+  copy of its slot made before the burst: changes/s into both tables, from the query's start until
+  the mirror holds the last change;
 * **visibility latency**: a continuous run (``--trigger``) while single-row updates commit at
   ``--latency-rate``/s, each writing a unique marker: p50/p99 from the commit in PostgreSQL to the
   changelog commit, and to the mirror commit (``pipeline_bench.visibility``);
@@ -38,6 +39,10 @@ in one run on the same data:
   each decoder in turn (twice each, alternating, best kept; then once each under cProfile), and the
   three ways to fetch a peek are timed (text rows, binary rows, ``COPY ... (FORMAT binary)``).
   Implies ``--stream-paths``.
+
+As in tpcds_customer.py, the tuned JDBC peer and ours' snapshot run back to back ``--rounds`` times
+(3; ``--quick`` 1), the order alternating, and the targets take the median of the pairs' ratios
+and of the catch-ups.
 
 Prints a table with ratios and writes ``benchmarks/results/postgres-<date>-sf<scale>[-quick].json``.
 The machine is shared: each line notes the load average at its start. Targets (reported, never
@@ -86,6 +91,7 @@ from tpcds_customer import (
     jdbc_as_shipped,
     jdbc_name,
     load,
+    paired_snapshots,
     parse_sizes,
     table_text,
     verdict,
@@ -533,23 +539,35 @@ class Bench:
                       r["snapshot_rows"], r["seconds"], started_load, p, child.rss.to_dict(), detail))
         return job
 
+    def forget(self, job: Path) -> None:
+        """What a snapshot left, before another one from nothing: its folder and the job's slot."""
+        shutil.rmtree(job, ignore_errors=True)
+        with contextlib.closing(self.table.box.admin.connect(self.table.database)) as conn:
+            conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s",
+                         (SLOT,))
+
     def lsn(self) -> str:
         with contextlib.closing(self.table.box.admin.connect(self.table.database)) as conn:
             row = conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()
         return str(row[0]) if row else "0/0"
 
     def catch_up(self, job: Path, p: int, cpb: int) -> None:
-        copies = JobCopies(job) if self.args.decoders else None  # the per-row decoder's run: the same state
+        """A burst of updates, then ``--rounds`` catch-ups of it, each from the job's state before
+        the burst (:class:`JobCopies`, in place): every round but the last reads its own copy of
+        the slot, made before the burst; the last reads the job's slot, which the latency run
+        continues. With ``--decoders``, one more run with the per-row decoder."""
+        rounds = [f"bench_round{r}" for r in range(self.args.rounds - 1)]
+        copies = JobCopies(job) if self.args.decoders or rounds else None  # every run: the same state
         with contextlib.closing(self.table.box.admin.connect(self.table.database)) as conn:
             if self.args.stream_paths:  # a second slot at the burst's start, for the read-path comparison
                 conn.execute("SELECT pg_create_logical_replication_slot('bench_paths', 'pgoutput')")
-            if copies is not None:
-                conn.execute("SELECT pg_copy_logical_replication_slot(%s, 'bench_rows')", (SLOT,))
+            for copy in rounds + (["bench_rows"] if self.args.decoders else []):
+                conn.execute("SELECT pg_copy_logical_replication_slot(%s, %s)", (SLOT, copy))
         changed, seconds = apply_updates(self.table.box.admin, self.table, self.args.updates)
         self.facts["burst"] = {"updates": changed, "seconds": round(seconds, 2),
                                "server_rows_per_s": round(changed / seconds)}
         end = self.lsn()
-        runs = [("columnar", SLOT)] + ([("rows", "bench_rows")] if self.args.decoders else [])
+        runs = [("columnar", slot) for slot in [*rounds, SLOT]] + ([("rows", "bench_rows")] if self.args.decoders else [])
         for decoder, slot in runs:
             j = job if copies is None else copies.next()
             with _decoder_env(decoder):
@@ -561,6 +579,9 @@ class Bench:
             label = f", {decoder} decoder" if self.args.decoders else ""
             self.add(Line(f"stream catch-up p={p} ({changed:,} updates{label})", "catch-up", r["change_rows"],
                           r["seconds"], started_load, p, child.rss.to_dict(), detail))
+            if slot in rounds:
+                with contextlib.closing(self.table.box.admin.connect(self.table.database)) as conn:
+                    conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
         if self.args.decoders:
             rates = {ln.detail["decoder"]: ln.rate for ln in self.lines if ln.kind == "catch-up"}
             self.facts["catch_up_columnar_vs_rows"] = round(rates["columnar"] / rates["rows"], 2)
@@ -677,9 +698,8 @@ def run(bench: Bench) -> None:
     bench.raw_scan("raw scan, warm-up (psql COPY TO STDOUT)")
     bench.raw_scan("raw scan (psql COPY TO STDOUT)")
     bench.single_reader()
-    bench.jdbc(p)
     jdbc_as_shipped(bench, p)  # the peer as shipped too, in the same run (PEERS.md)
-    job = bench.snapshot(p, cpb)
+    job = paired_snapshots(bench, p, cpb, bench.args.rounds, forget=bench.forget)
     bench.catch_up(job, p, cpb)
     bench.latency(job, p, cpb)
     bench.raw_scan("raw scan again, at the end")
@@ -708,7 +728,9 @@ def parse_args() -> argparse.Namespace:
                    "max_batch_bytes=null`; results in ...-catch-up-variants.json)")
     p.add_argument("--sink-option", type=parse_variant, default={}, help="sink settings of ours, "
                    "`key=value[;key=value]` (e.g. `register_tables=0`)")
-    p.add_argument("--rounds", type=int, default=3, help="runs of each --catch-up-variants variant")
+    p.add_argument("--rounds", type=int, default=None, help="pairs of the tuned JDBC peer and ours' snapshot, "
+                   "back to back and alternating, and catch-ups of the burst, whose medians the targets take; "
+                   "with --catch-up-variants, runs of each variant (default 3; with --quick 1)")
     p.add_argument("--updates", type=int, default=UPDATES, help="row updates applied before the catch-up run")
     p.add_argument("--latency-rate", type=float, default=1000.0, help="single-row updates/s of the latency run")
     p.add_argument("--latency-seconds", type=float, default=30.0, help="how long the measured latency window is")
@@ -725,6 +747,7 @@ def parse_args() -> argparse.Namespace:
     if args.write_rate and not args.chunk_sizes:
         p.error("--write-rate needs --chunk-sizes (the catch-up phase counts the changes it expects)")
     args.stream_paths = args.stream_paths or args.decoders
+    args.rounds = args.rounds or (1 if args.quick else 3)
     if args.quick:
         args.updates = min(args.updates, 100_000)
         args.latency_seconds = min(args.latency_seconds, 10.0)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +35,11 @@ def _line(run: dict[str, Any], name: str) -> dict[str, Any]:
     return next(ln for ln in run["lines"] if ln["name"].startswith(name))
 
 
+def _median_rate(run: dict[str, Any], name: str) -> float:
+    """The median rate of the lines whose names start with ``name`` (a paired run has several)."""
+    return float(statistics.median(ln["rows_per_s"] for ln in run["lines"] if ln["name"].startswith(name)))
+
+
 def _snapshot(run: dict[str, Any], parallelism: int) -> dict[str, Any] | None:
     ours = [ln for ln in run["lines"] if ln["kind"] == "ours" and ln["parallelism"] == parallelism
             and "upd/s" not in ln["name"] and "backfill_skip" not in ln["name"]]
@@ -46,16 +52,21 @@ def tpcds_table(files: list[tuple[str, str]]) -> list[str]:
     rows: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
         ("raw scan (fastest) / single reader / Spark JDBC p=2 (rows/s)", lambda r: " / ".join([
             _k(max(ln["rows_per_s"] for ln in r["lines"] if ln["kind"] == "limit")),
-            _k(_line(r, "single reader")["rows_per_s"]), _k(_line(r, "Spark JDBC peer p=2")["rows_per_s"])])),
+            _k(_line(r, "single reader")["rows_per_s"]), _k(_median_rate(r, "Spark JDBC peer p=2"))])),
         ("snapshot, ours p=2 (mirror + changelog), end to end", lambda r: (
-            f"{_k(r['lines_best']['rows_per_s'])} rows/s ({r['got']['snapshot_vs_limit']:.2f}x raw scan, "
-            f"{r['got']['snapshot_vs_jdbc']:.2f}x JDBC)")),
+            f"{_k(r['got'].get('snapshot_rows_per_s', r['lines_best']['rows_per_s']))} rows/s "
+            f"({r['got']['snapshot_vs_limit']:.2f}x raw scan, {r['got']['snapshot_vs_jdbc']:.2f}x JDBC"
+            + (f"; {len(r['got']['snapshot_vs_jdbc_pairs'])} pairs: "
+               + ", ".join(f"{x:.2f}" for x in r['got']['snapshot_vs_jdbc_pairs'])
+               if len(r['got'].get('snapshot_vs_jdbc_pairs', [])) > 1 else "") + ")")),
         ("snapshot, ours p=1 / Spark JDBC p=1", lambda r: (
             f"{_k(r['p1']['rows_per_s'])} / {_k(_line(r, 'Spark JDBC peer p=1')['rows_per_s'])}" if r["p1"] else "")),
         ("snapshot p=2 under 100 updates/s", lambda r: next(
             (f"{_k(ln['rows_per_s'])} rows/s" for ln in r["lines"] if "upd/s" in ln["name"]), "")),
         ("binlog catch-up, end to end (changelog and mirror)", lambda r: (
-            f"{_k(r['got']['catch_up_per_s'])} changes/s ({r['burst']['updates']:,} updates)")),
+            f"{_k(r['got']['catch_up_per_s'])} changes/s ({r['burst']['updates']:,} updates"
+            + (f"; median of {', '.join(_k(x) for x in r['got']['catch_up_runs_per_s'])}"
+               if len(r['got'].get('catch_up_runs_per_s', [])) > 1 else "") + ")")),
         ("visibility at 1k changes/s: changelog p50 / p99", lambda r: (
             f"{r['visibility']['changelog_p50_s']:.1f} s / {r['visibility']['changelog_p99_s']:.1f} s")),
         ("visibility at 1k changes/s: mirror p50 / p99", lambda r: (
