@@ -117,6 +117,7 @@ TABLES: dict[str, tuple[Callable[[list[tuple[str, str]]], list[str]], list[tuple
                             ("--scale 100 at 8632c68", "tpcds_customer-2026-12-02-sf100-8632c68.json"),
                             ("--scale 100 at aae827b", "tpcds_customer-2026-12-02-sf100-aae827b.json"),
                             ("--scale 100 at dbe8197", "tpcds_customer-2026-12-02-sf100-dbe8197.json"),
+                            ("--scale 100 at 824502c", "tpcds_customer-2026-12-02-sf100-824502c.json"),
                             ("--full", "tpcds_customer-2026-11-22-sf100-full.json"),
                             ("--burst 2000000", "tpcds_customer-2026-11-26-sf100-burst2000000.json")]),
     "peers": (peers_table, [("make bench-quick", "peers-2026-11-28-sf10-quick.json"),
