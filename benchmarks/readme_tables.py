@@ -99,7 +99,9 @@ def peers_table(files: list[tuple[str, str]]) -> list[str]:
             ours = next(v for k, v in rates.items() if k.startswith("ours"))
             out.append(f"| `{label}`: {what} | {rate('flink-cdc', 'as shipped')} / {rate('flink-cdc', 'tuned')} "
                        f"| {rate('debezium', 'as shipped')} / {rate('debezium', 'tuned')} | {ours:,} "
-                       f"| {s['ours_vs_faster_peer']:.2f}x | {run['load_average']['start']} |")
+                       f"| {s['ours_vs_faster_peer']:.2f}x"
+                       + (f" (median of {', '.join(f'{x:.2f}' for x in s['pairs'])})" if "pairs" in s else "")
+                       + f" | {run['load_average']['start']} |")
     return out
 
 
