@@ -134,7 +134,8 @@ TABLES: dict[str, tuple[Callable[[list[tuple[str, str]]], list[str]], list[tuple
                             ("--quick at 02d225c", "peers-2026-12-02-sf100-quick-02d225c.json"),
                             ("--scale 100 at 471911b", "peers-2026-12-02-sf100-471911b.json"),
                             ("--quick at 8632c68", "peers-2026-12-02-sf100-quick-8632c68.json"),
-                            ("--quick at aae827b", "peers-2026-12-02-sf100-quick-aae827b.json")]),
+                            ("--quick at aae827b", "peers-2026-12-02-sf100-quick-aae827b.json"),
+                            ("--quick --rounds 3 at 2e03751", "peers-2026-12-02-sf100-quick-2e03751.json")]),
 }
 
 

@@ -2,7 +2,7 @@
 
 Run: ``.venv/bin/python benchmarks/tpcds_customer.py [--scale 100] [--quick | --full] [--keep]``
 (``make bench`` runs the default at scale 100, ``make bench-quick`` ``--quick`` at scale 10). Scale 100
-is 2,000,000 rows: about 5 minutes on 2 cores (``--quick`` about 4, ``--full`` about 10). Scale 1000 is 12,000,000 rows (the README
+is 2,000,000 rows: about 6 minutes on 2 cores with three pairs and catch-ups (``--quick`` about 4, ``--full`` about 12). Scale 1000 is 12,000,000 rows (the README
 gives its times) and scale 10000 is 65,000,000, the Flink CDC 2.0 announcement's table
 (``tpcgen-cli``'s customer counts). The sandbox's buffer pool is sized to hold the table (0.4 GiB
 per million rows, at least 1 GiB, at most half the machine's memory): above that, reads hit the
