@@ -189,8 +189,12 @@ def run_java(tool: str, classpath: str, args: list[str], password: str, log: Pat
         RuntimeError: the peer printed no JSON line or reported an error (with its log's tail).
     """
     main = MODULES[tool][2]
-    cmd = ["java", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", classpath, main, *args,
-           "--timeout", str(int(timeout))]
+    # the JVM's temp files (Flink's MiniCluster: io, netty shuffle, dist cache, a 21 MB RPC jar per
+    # run) next to the log, in the run's work directory, not left in /tmp
+    scratch = log.with_suffix(".tmp")
+    scratch.mkdir(parents=True, exist_ok=True)
+    cmd = ["java", f"-Djava.io.tmpdir={scratch}", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", classpath,
+           main, *args, "--timeout", str(int(timeout))]
     env = {**os.environ, "PEER_PASSWORD": password}
     stop, peak = threading.Event(), [0.0]
     with open(log, "w") as err:
