@@ -59,13 +59,15 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
 from pipeline_bench import MARK, ChildPhase, apply_burst
 from tpcds import CustomerTable, customer_rows, customer_sandbox
-from tpcds_customer import Bench, Line, check_tools, load
+from tpcds_customer import Bench, Line, check_tools, load, paired_snapshots, pairs
 from tpcds_customer import parse_args as ours_options
 
 from binlog.mysql.connection import Endpoint
@@ -318,18 +320,8 @@ class PeerBench:
         for tuned in settings:
             name = f"debezium-snapshot-{'tuned' if tuned else 'shipped'}"
             self.peer("debezium", "snapshot", tuned, self.debezium_files(name), rows)
-        job: Path | None = None
-        for pair in range(max(1, self.args.rounds)):
-            for side in ("peer", "ours") if pair % 2 == 0 else ("ours", "peer"):
-                if side == "peer":
-                    self.peer("flink-cdc", "snapshot", True, [], rows)
-                else:
-                    if job is not None:
-                        shutil.rmtree(job, ignore_errors=True)
-                    job = self.our_snapshot()
-                self.runs[-1].detail["pair"] = pair
-        assert job is not None
-        return job
+        return paired_snapshots(self.args.rounds, partial(self.peer, "flink-cdc", "snapshot", True, [], rows),
+                                self.our_snapshot, partial(shutil.rmtree, ignore_errors=True), self.runs)
 
     def our_snapshot(self) -> Path:
         p = self.args.parallelism
@@ -398,6 +390,10 @@ def _slim(detail: dict[str, Any]) -> dict[str, Any]:
 # --- reporting -------------------------------------------------------------------------------------
 
 
+def _named(name: str) -> Callable[[Run], bool]:
+    return lambda r: r.name == name
+
+
 def summary(runs: list[Run]) -> dict[str, Any]:
     """Per phase: each tool's rows/s (the median of its runs), the faster peer, and our ratio
     against it: the median of the pairs' ratios when that peer ran in pairs with ours
@@ -413,11 +409,8 @@ def summary(runs: list[Run]) -> dict[str, Any]:
         if not peers or ours is None:
             continue
         best = max(peers, key=lambda n: peers[n])
-        by_pair: dict[int, dict[str, Run]] = {}
-        for r in here:
-            if "pair" in r.detail and r.name in (best, ours):
-                by_pair.setdefault(r.detail["pair"], {})[r.name] = r
-        paired = [round(d[ours].rate / d[best].rate, 3) for _, d in sorted(by_pair.items()) if len(d) == 2]
+        paired = [round(o.rate / b.rate, 3)
+                  for o, b in pairs(here, _named(ours), _named(best))]
         ratio = statistics.median(paired) if paired else statistics.median(rates[ours]) / peers[best]
         out[phase] = {"rows_per_s": {n: round(statistics.median(v)) for n, v in rates.items()},
                       "faster_peer": best, "ours_vs_faster_peer": round(ratio, 3),
@@ -429,11 +422,12 @@ def table_text(runs: list[Run]) -> str:
     head = f"{'phase':<9} {'tool':<28} {'rows':>10} {'s':>8} {'rows/s':>10} {'ours/x':>7}  writes"
     out = [head, "-" * (len(head) + 50)]
     for phase in ("snapshot", "catch-up"):
-        mine = [r for r in runs if r.phase == phase and r.tool == "ours"]
-        for r in (r for r in runs if r.phase == phase):
-            # a paired peer run against its own pair's ours, any other against ours' last run
-            ours = next((o for o in mine if "pair" in r.detail and o.detail.get("pair") == r.detail["pair"]),
-                        mine[-1] if mine else None)
+        here = [r for r in runs if r.phase == phase]
+        mine = [r for r in here if r.tool == "ours"]
+        # a paired peer run against its own pair's ours, any other against ours' last run
+        partner = {id(b): o for o, b in pairs(here, lambda r: r.tool == "ours", lambda r: r.tool != "ours")}
+        for r in here:
+            ours = partner.get(id(r), mine[-1] if mine else None)
             ratio = f"{ours.rate / r.rate:.2f}x" if ours is not None and r.tool != "ours" and r.rate else ""
             out.append(f"{phase:<9} {r.name:<28} {r.rows:>10,} {r.seconds:>8.2f} {r.rate:>10,.0f} {ratio:>7}  "
                        f"{r.writes}")

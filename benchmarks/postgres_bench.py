@@ -65,6 +65,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
@@ -699,7 +700,8 @@ def run(bench: Bench) -> None:
     bench.raw_scan("raw scan (psql COPY TO STDOUT)")
     bench.single_reader()
     jdbc_as_shipped(bench, p)  # the peer as shipped too, in the same run (PEERS.md)
-    job = paired_snapshots(bench, p, cpb, bench.args.rounds, forget=bench.forget)
+    job = paired_snapshots(bench.args.rounds, partial(bench.jdbc, p), partial(bench.snapshot, p, cpb), bench.forget,
+                           bench.lines)
     bench.catch_up(job, p, cpb)
     bench.latency(job, p, cpb)
     bench.raw_scan("raw scan again, at the end")

@@ -469,7 +469,8 @@ def run(bench: Bench) -> None:
     if a.full:
         bench.snapshot(top, cpb, write_rate=a.write_rate)
         bench.source_only(top, cpb)
-    base = paired_snapshots(bench, top, cpb, a.rounds, forget=partial(shutil.rmtree, ignore_errors=True))
+    base = paired_snapshots(a.rounds, partial(bench.jdbc, top), partial(bench.snapshot, top, cpb),
+                            partial(shutil.rmtree, ignore_errors=True), bench.lines)
     if not a.quick:
         bench.snapshot(top, cpb, backfill_skip=True)  # at-least-once: reported, not in the targets
     bench.decompose()
@@ -478,33 +479,37 @@ def run(bench: Bench) -> None:
     bench.raw_scan("raw scan again, at the end")
 
 
-def paired_snapshots(bench: Any, p: int, cpb: int, rounds: int, forget: Callable[[Path], Any]) -> Path:
-    """The headline's runs: the tuned JDBC peer and ours' snapshot (the job's defaults) back to
-    back, ``rounds`` times, the order alternating (the peer first in the first round), so that
-    each pair meets the same machine and a drift of its load favours neither side;
-    :func:`verdict` takes the median of the pairs' ratios. Returns the last snapshot's job, which
-    the catch-up continues; ``forget(job)`` clears an earlier one before the next snapshot reuses
-    its paths. ``bench``: this module's :class:`Bench` or postgres_bench's (``jdbc``, ``snapshot``)."""
+def paired_snapshots(rounds: int, peer: Callable[[], Any], ours: Callable[[], Path], forget: Callable[[Path], Any],
+                     lines: list[Any]) -> Path:
+    """The headline's runs: a peer's snapshot and ours back to back, ``rounds`` times, the order
+    alternating (the peer first in the first round), so that each pair meets the same machine and
+    a drift of its load favours neither side; :func:`verdict` (peers.py: ``summary``) takes the
+    median of the pairs' ratios. Each run appends its line to ``lines`` (a :class:`Line` or
+    peers.py's ``Run``), which gets ``detail["pair"]``. Returns the last snapshot's job, which the
+    catch-up continues; ``forget(job)`` clears an earlier one before the next snapshot reuses its
+    paths."""
     job: Path | None = None
     for pair in range(max(1, rounds)):
         for side in ("peer", "ours") if pair % 2 == 0 else ("ours", "peer"):
             if side == "peer":
-                bench.jdbc(p)
+                peer()
             else:
                 if job is not None:
                     forget(job)
-                job = bench.snapshot(p, cpb)
-            bench.lines[-1].detail["pair"] = pair
+                job = ours()
+            lines[-1].detail["pair"] = pair
     assert job is not None
     return job
 
 
-def pairs(lines: list[Line]) -> list[tuple[Line, Line]]:
-    """The (ours, tuned JDBC peer) lines of :func:`paired_snapshots`, pair by pair."""
-    by_pair: dict[int, dict[str, Line]] = {}
+def pairs(lines: list[Any], is_ours: Callable[[Any], bool] = lambda ln: ln.kind == "ours",
+          is_peer: Callable[[Any], bool] = lambda ln: ln.kind == "peer") -> list[tuple[Any, Any]]:
+    """The (ours, peer) lines of :func:`paired_snapshots`, pair by pair (pairs missing a side, a
+    failed run, left out)."""
+    by_pair: dict[int, dict[str, Any]] = {}
     for ln in lines:
-        if "pair" in ln.detail:
-            by_pair.setdefault(ln.detail["pair"], {})[ln.kind] = ln
+        if "pair" in ln.detail and (is_ours(ln) or is_peer(ln)):
+            by_pair.setdefault(ln.detail["pair"], {})["ours" if is_ours(ln) else "peer"] = ln
     return [(d["ours"], d["peer"]) for _, d in sorted(by_pair.items()) if {"ours", "peer"} <= d.keys()]
 
 
