@@ -303,7 +303,9 @@ def test_driver_killed_at_random_moments_is_exact(capped: bool, pipeline: PgPipe
     spec = json.dumps(pipeline.raw_config())
     rng = random.Random(7)
     kills = 0
-    writer = PgRandomWriter(pipeline, "t", seed=5, pause_s=PACE_S)
+    # Capped, the final catch-up reads the writer's whole backlog in 8 KiB batches (about 2.5 s
+    # each): a tenth of the pace still fills each batch of the kill rounds past the cap.
+    writer = PgRandomWriter(pipeline, "t", seed=5, pause_s=10 * PACE_S if capped else PACE_S)
     with writing(writer):  # type: ignore[arg-type]
         for attempt in range(3):
             errors = pipeline.workdir / f"driver-{attempt}.err"
