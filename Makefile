@@ -66,7 +66,7 @@ bench: setup
 	$(PY) benchmarks/kafka_bench.py --scale 1
 
 # Every benchmark in its quick form (fewer phases, smaller tables): under 10 minutes on 2 cores. Results
-# land in benchmarks/results/*-quick.json; benchmarks/readme_tables.py renders README's tables from them.
+# land in benchmarks/results/*-quick.json; benchmarks/readme_tables.py renders the tables of README and docs/performance.md from them.
 bench-quick: setup
 	scripts/setup.sh --bench
 	$(PY) benchmarks/tpcds_customer.py --scale 10 --quick

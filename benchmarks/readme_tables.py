@@ -1,10 +1,12 @@
-"""README's benchmark tables, generated from the result JSON in ``benchmarks/results/``.
+"""The benchmark tables of README.md and docs/performance.md, generated from the result JSON in
+``benchmarks/results/``.
 
-Each table sits between ``<!-- bench:NAME -->`` and ``<!-- /bench:NAME -->`` in README.md and is
-rebuilt from the JSON files listed in :data:`TABLES`, so a number in README is always one a
-benchmark wrote. ``python benchmarks/readme_tables.py`` rewrites README; ``--check`` exits 1 when
-README differs (tests/test_cli.py runs it). After a new run, point :data:`TABLES` at its file;
-``make bench-quick`` writes the files of the first column of each table.
+Each table sits between ``<!-- bench:NAME -->`` and ``<!-- /bench:NAME -->`` in its document and
+is rebuilt from the JSON files listed in :data:`TABLES`, so a number in them is always one a
+benchmark wrote. ``python benchmarks/readme_tables.py`` rewrites both; ``--check`` exits 1 when one
+differs (tests/test_cli.py runs it). After a new run, point :data:`TABLES` at its file (README's
+``goals`` table at the newest runs); ``make bench-quick`` writes the files of the first column of
+the history tables.
 """
 
 from __future__ import annotations
@@ -105,7 +107,74 @@ def peers_table(files: list[tuple[str, str]]) -> list[str]:
     return out
 
 
-TABLES: dict[str, tuple[Callable[[list[tuple[str, str]]], list[str]], list[tuple[str, str]]]] = {
+def _goal(value: float, target: float, at_least: bool, text: str) -> str:
+    met = value >= target if at_least else value <= target
+    return f"{text} ({'met' if met else 'not met'})"
+
+
+def _snapshot_vs_single(run: dict[str, Any]) -> float:
+    return float(run["got"]["snapshot_rows_per_s"]) / _line(run, "single reader")["rows_per_s"]
+
+
+def _backlog(run: dict[str, Any]) -> tuple[float, int]:
+    """The median rate and the driver's peak RSS (MiB) of a 2M-update run's catch-ups at the job's defaults."""
+    lines = [ln for ln in run["lines"] if ln["kind"] == "catch-up"
+             and ("defaults" in ln["name"] or "max_batch_bytes" not in ln["name"])]
+    return float(statistics.median(ln["rows_per_s"] for ln in lines)), max(ln["rss"]["driver"] for ln in lines)
+
+
+def goals_table(files: list[tuple[str, str]]) -> list[str]:
+    """Issues #16 and #18's goals against the newest runs: ``files`` names the roles ``mysql``,
+    ``postgres`` (tpcds_customer.py and postgres_bench.py at SF100), ``peers`` (peers.py),
+    ``mysql 2M`` and ``postgres 2M`` (2M-update catch-ups)."""
+    run = {role: _load(f) for role, f in files}
+    my, pg = run["mysql"], run["postgres"]
+    peers = run["peers"]["summary"]["snapshot"]
+
+    def both(cell: Callable[[dict[str, Any]], str]) -> str:
+        return f"{cell(my)} | {cell(pg)}"
+
+    def backlog(r: dict[str, Any]) -> str:
+        rate, rss = _backlog(r)
+        return _goal(min(rate / 150_000, 1024 / rss), 1.0, True, f"{_k(rate)} changes/s, {rss:,} MiB")
+
+    rows = [
+        ("snapshot into the mirror and changelog at p=2, against Spark JDBC tuned (median of pairs)", "≥ 1.2x",
+         both(lambda r: _goal(r["got"]["snapshot_vs_jdbc"], 1.2, True, f"{r['got']['snapshot_vs_jdbc']:.2f}x"))),
+        ("the same, against the faster of Flink CDC and Debezium tuned, from launch (median of pairs)", "≥ 1.5x",
+         _goal(peers["ours_vs_faster_peer"], 1.5, True, f"{peers['ours_vs_faster_peer']:.2f}x")
+         + " | not measured (the peers read MariaDB)"),
+        ("the same, against our single reader", "≥ 0.8x",
+         both(lambda r: _goal(_snapshot_vs_single(r), 0.8, True, f"{_snapshot_vs_single(r):.2f}x"))),
+        ("catch-up of 300,000 updates, end to end (median of runs)", "≥ 100k changes/s",
+         both(lambda r: _goal(r["got"]["catch_up_per_s"], 100_000, True, f"{_k(r['got']['catch_up_per_s'])}/s"))),
+        ("catch-up of a 2,000,000-update backlog; the driver's peak RSS", "≥ 150k changes/s; ≤ 1 GiB",
+         f"{backlog(run['mysql 2M'])} | {backlog(run['postgres 2M'])}"),
+        ("visibility at 1,000 changes/s: the changelog's p50", "≤ 1 s",
+         both(lambda r: _goal(r["got"]["changelog_latency_p50_s"], 1.0, False,
+                              f"{r['got']['changelog_latency_p50_s']:.2f} s"))),
+        ("visibility at 1,000 changes/s: the mirror's p50", "≤ 2 s",
+         both(lambda r: _goal(r["got"]["mirror_latency_p50_s"], 2.0, False, f"{r['got']['mirror_latency_p50_s']:.2f} s"))),
+    ]
+    out = ["| goal | target | MariaDB | PostgreSQL |", "| --- | --- | --- | --- |"]
+    out += [f"| {goal} | {target} | {cells} |" for goal, target, cells in rows]
+    out += ["", "The runs (in `benchmarks/results/`):", ""]
+    out += [f"- {GOAL_RUNS[role]}: `{f}` ({run[role]['date']}, load {run[role]['load_average']['start']} at its start)"
+            for role, f in files]
+    return out
+
+
+GOAL_RUNS = {"mysql": "MariaDB", "postgres": "PostgreSQL", "peers": "the peers (`peers.py --quick --rounds 3`)",
+             "mysql 2M": "MariaDB's 2M-update backlog", "postgres 2M": "PostgreSQL's 2M-update backlog"}
+
+
+TABLES: dict[str, tuple[Callable[[list[tuple[str, str]]], list[str]], list[tuple[str, str]], str]] = {
+    "goals": (goals_table, [("mysql", "tpcds_customer-2026-12-02-sf100-824502c.json"),
+                            ("postgres", "postgres-2026-12-02-sf100-824502c.json"),
+                            ("peers", "peers-2026-12-02-sf100-quick-2e03751.json"),
+                            ("mysql 2M", "tpcds_customer-2026-12-02-sf100-catchup-burst2000000-e574a7f.json"),
+                            ("postgres 2M", "postgres-2026-12-02-sf100-catch-up-2m-caps-93ffc3e.json")],
+              "README.md"),
     "tpcds": (tpcds_table, [("make bench-quick", "tpcds_customer-2026-11-28-sf10-quick.json"),
                             ("--scale 10 --quick", "tpcds_customer-2026-11-28-sf10-quick-ff3a456.json"),
                             ("make bench", "tpcds_customer-2026-11-28-sf100.json"),
@@ -121,7 +190,8 @@ TABLES: dict[str, tuple[Callable[[list[tuple[str, str]]], list[str]], list[tuple
                             ("--scale 100 at dbe8197", "tpcds_customer-2026-12-02-sf100-dbe8197.json"),
                             ("--scale 100 at 824502c", "tpcds_customer-2026-12-02-sf100-824502c.json"),
                             ("--full", "tpcds_customer-2026-11-22-sf100-full.json"),
-                            ("--burst 2000000", "tpcds_customer-2026-11-26-sf100-burst2000000.json")]),
+                            ("--burst 2000000", "tpcds_customer-2026-11-26-sf100-burst2000000.json")],
+              "docs/performance.md"),
     "peers": (peers_table, [("make bench-quick", "peers-2026-11-28-sf10-quick.json"),
                             ("--quick", "peers-2026-11-28-sf100-quick.json"),
                             ("make bench", "peers-2026-11-28-sf100.json"),
@@ -135,40 +205,53 @@ TABLES: dict[str, tuple[Callable[[list[tuple[str, str]]], list[str]], list[tuple
                             ("--scale 100 at 471911b", "peers-2026-12-02-sf100-471911b.json"),
                             ("--quick at 8632c68", "peers-2026-12-02-sf100-quick-8632c68.json"),
                             ("--quick at aae827b", "peers-2026-12-02-sf100-quick-aae827b.json"),
-                            ("--quick --rounds 3 at 2e03751", "peers-2026-12-02-sf100-quick-2e03751.json")]),
+                            ("--quick --rounds 3 at 2e03751", "peers-2026-12-02-sf100-quick-2e03751.json")],
+              "docs/performance.md"),
 }
 
 
-def render(readme: str) -> str:
-    """``readme`` with every marked table rebuilt from its JSON.
+def _between_markers(pattern: re.Pattern[str], table: str, text: str) -> str:
+    return pattern.sub(lambda m: f"{m.group(1)}{table}{m.group(2)}", text)
+
+
+def render(document: str, text: str) -> str:
+    """``text`` (the document at path ``document``, from the repository's root) with each of its
+    marked tables rebuilt from its JSON.
 
     Raises:
         ValueError: a table's markers are missing.
     """
-    for name, (build, files) in TABLES.items():
+    for name, (build, files, where) in TABLES.items():
+        if where != document:
+            continue
         pattern = re.compile(rf"(<!-- bench:{name} -->\n).*?(<!-- /bench:{name} -->)", re.S)
-        if not pattern.search(readme):
-            raise ValueError(f"README.md lacks the markers <!-- bench:{name} --> ... <!-- /bench:{name} -->")
+        if not pattern.search(text):
+            raise ValueError(f"{document} lacks the markers <!-- bench:{name} --> ... <!-- /bench:{name} -->")
         table = "\n".join(build(files)) + "\n"
-        readme = pattern.sub(lambda m, t=table: m.group(1) + t + m.group(2), readme)
-    return readme
+        text = _between_markers(pattern, table, text)
+    return text
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0] if __doc__ else None)
-    p.add_argument("--check", action="store_true", help="exit 1 when README's tables differ from the JSON")
+    p.add_argument("--check", action="store_true", help="exit 1 when a document's tables differ from the JSON")
     args = p.parse_args()
-    path = ROOT / "README.md"
-    current = path.read_text()
-    wanted = render(current)
-    if args.check:
-        if wanted != current:
-            print("README.md's benchmark tables differ from benchmarks/results: run "
-                  "python benchmarks/readme_tables.py", file=sys.stderr)
-            return 1
-        return 0
-    path.write_text(wanted)
-    print(f"README.md: {len(TABLES)} tables rebuilt from benchmarks/results")
+    stale = []
+    for document in sorted({where for _, _, where in TABLES.values()}):
+        path = ROOT / document
+        current = path.read_text()
+        wanted = render(document, current)
+        if wanted == current:
+            continue
+        stale.append(document)
+        if not args.check:
+            path.write_text(wanted)
+    if args.check and stale:
+        print(f"{', '.join(stale)}: the benchmark tables differ from benchmarks/results: run "
+              "python benchmarks/readme_tables.py", file=sys.stderr)
+        return 1
+    if not args.check:
+        print(f"{len(TABLES)} tables rebuilt from benchmarks/results" + (f" ({', '.join(stale)} changed)" if stale else ""))
     return 0
 
 
