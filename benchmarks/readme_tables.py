@@ -159,12 +159,12 @@ def goals_table(files: list[tuple[str, str]]) -> list[str]:
     out = ["| goal | target | MariaDB | PostgreSQL |", "| --- | --- | --- | --- |"]
     out += [f"| {goal} | {target} | {cells} |" for goal, target, cells in rows]
     out += ["", "The runs (in `benchmarks/results/`):", ""]
-    out += [f"- {GOAL_RUNS[role]}: `{f}` ({run[role]['date']}, load {run[role]['load_average']['start']} at its start)"
-            for role, f in files]
+    out += [f"- {GOAL_RUNS[role]}: `{f}` ({run[role]['date']}, load {run[role]['load_average']['start']} at its start"
+            + (f"; `{run[role]['command']}`" if "command" in run[role] else "") + ")" for role, f in files]
     return out
 
 
-GOAL_RUNS = {"mysql": "MariaDB", "postgres": "PostgreSQL", "peers": "the peers (`peers.py --quick --rounds 3`)",
+GOAL_RUNS = {"mysql": "MariaDB", "postgres": "PostgreSQL", "peers": "the peers",
              "mysql 2M": "MariaDB's 2M-update backlog", "postgres 2M": "PostgreSQL's 2M-update backlog"}
 
 
