@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -154,16 +155,45 @@ SLOW_ON_DELTA_SPARK = frozenset({
 })
 
 
+# How long each ``slow`` test took in a CI rehearsal (node id -> seconds; scripts/slow_durations.py
+# writes it from a run's JUnit XML). Only the order the workers start the slow tests in follows it:
+# a stale or missing entry changes no test and no result.
+SLOW_SECONDS = Path(TESTS_DIR) / "slow_durations.json"
+
+
+def deal_slow_first(slow: list[str], fast: list[str], workers: int, seconds: dict[str, float]) -> list[str]:
+    """The collection order that starts each of ``workers`` workers on its share of the slow tests,
+    longest first (by ``seconds``; one it lacks counts as the median of the others).
+
+    pytest-xdist's work-stealing scheduler hands each worker a contiguous 1/W of the collection
+    (len // W each, the last takes the rest) and lets an idle worker steal from the tail of a busy
+    one's queue. The slow tests go to the heads of the shares, longest first and dealt in a snake
+    (0, 1, 1, 0, ...: the shares' sums stay close), so each queue ends in its shortest tests and
+    the run does not end with one worker idle while the other is minutes into a SIGKILL suite.
+    The fast tests fill the shares in collection order (a module's tests stay together).
+    """
+    known = sorted(seconds[n] for n in slow if n in seconds)
+    default = known[len(known) // 2] if known else 0.0
+    by_length = sorted(slow, key=lambda n: -seconds.get(n, default))  # stable: ties keep their order
+    heads: list[list[str]] = [[] for _ in range(workers)]
+    for i, node in enumerate(by_length):
+        lap, at = divmod(i, workers)
+        heads[at if lap % 2 == 0 else workers - 1 - at].append(node)
+    share = (len(slow) + len(fast)) // workers
+    ordered: list[str] = []
+    for w, head in enumerate(heads):
+        size = share if w < workers - 1 else len(slow) + len(fast) - len(ordered)
+        fill = max(0, size - len(head))
+        ordered += head + fast[:fill]
+        fast = fast[fill:]
+    return ordered + fast
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark the delta-spark variants of :data:`SLOW_ON_DELTA_SPARK` ``slow`` (pytest's ``-m``
-    deselects after this hook), then, under pytest-xdist, start every worker on its share of the
-    ``slow`` tests.
-
-    The work-stealing scheduler hands each of the W workers a contiguous 1/W of the collection
-    and lets an idle worker steal from the tail of a busy one's queue. Slow tests dealt round-robin
-    to the head of each share leave short tests at the tails, so the run does not end with one
-    worker idle while the other is minutes into a SIGKILL suite. Every worker computes the same
-    order (xdist checks), and a run without workers keeps the collection order.
+    deselects after this hook), then, under pytest-xdist, order the collection with
+    :func:`deal_slow_first`. Every worker computes the same order (xdist checks), and a run
+    without workers keeps the collection order.
     """
     for item in items:
         if getattr(item, "originalname", None) in SLOW_ON_DELTA_SPARK and "delta-spark" in item.nodeid:
@@ -171,13 +201,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers < 2:
         return
-    slow = [i for i in items if i.get_closest_marker("slow")]
-    fast = [i for i in items if not i.get_closest_marker("slow")]
-    share = len(items) // workers  # the scheduler's split: len // W each, the last takes the rest
-    ordered: list[pytest.Item] = []
-    for w in range(workers):
-        head = slow[w::workers]
-        size = share if w < workers - 1 else len(items) - len(ordered)
-        ordered += head + fast[:max(0, size - len(head))]
-        fast = fast[max(0, size - len(head)):]
-    items[:] = ordered + fast
+    seconds = json.loads(SLOW_SECONDS.read_text()) if SLOW_SECONDS.exists() else {}
+    by_id = {i.nodeid: i for i in items}
+    slow = [i.nodeid for i in items if i.get_closest_marker("slow")]
+    fast = [i.nodeid for i in items if not i.get_closest_marker("slow")]
+    items[:] = [by_id[n] for n in deal_slow_first(slow, fast, workers, seconds)]

@@ -55,3 +55,18 @@ def test_each_test_gets_its_own_empty_database(database: str, admin: pymysql.con
         assert cur.fetchone()[0] == database
         cur.execute("SHOW TABLES")
         assert cur.fetchall() == ()
+
+
+def test_slow_tests_start_longest_first_in_snake_order_at_the_head_of_each_workers_share() -> None:
+    from conftest import deal_slow_first
+
+    seconds = {"s1": 10.0, "s2": 400.0, "s3": 50.0, "s4": 300.0, "s5": 20.0}
+    slow, fast = ["s1", "s2", "s3", "s4", "s5", "s6"], [f"f{i}" for i in range(8)]
+    order = deal_slow_first(slow, fast, 2, seconds)
+    assert sorted(order) == sorted(slow + fast)
+    # xdist's work stealing gives worker 0 the first len // 2 = 7, worker 1 the rest
+    zero, one = order[:7], order[7:]
+    # s6 has no time and counts as the median (50 s, after s3): s2 s4 s3 s6 s5 s1, dealt 0 1 1 0 0 1
+    assert zero == ["s2", "s6", "s5", "f0", "f1", "f2", "f3"]
+    assert one == ["s4", "s3", "s1", "f4", "f5", "f6", "f7"]
+    assert deal_slow_first(slow, fast, 3, {})[:2] == ["s1", "s6"]  # no times: collection order, snake
