@@ -169,11 +169,11 @@ GOAL_RUNS = {"mysql": "MariaDB", "postgres": "PostgreSQL", "peers": "the peers",
 
 
 TABLES: dict[str, tuple[Callable[[list[tuple[str, str]]], list[str]], list[tuple[str, str]], str]] = {
-    "goals": (goals_table, [("mysql", "tpcds_customer-2026-12-02-sf100-824502c.json"),
-                            ("postgres", "postgres-2026-12-02-sf100-824502c.json"),
-                            ("peers", "peers-2026-12-02-sf100-quick-2e03751.json"),
-                            ("mysql 2M", "tpcds_customer-2026-12-02-sf100-catchup-burst2000000-e574a7f.json"),
-                            ("postgres 2M", "postgres-2026-12-02-sf100-catch-up-2m-caps-93ffc3e.json")],
+    "goals": (goals_table, [("mysql", "tpcds_customer-2026-12-02-sf100-661663d.json"),
+                            ("postgres", "postgres-2026-12-02-sf100-661663d.json"),
+                            ("peers", "peers-2026-12-02-sf100-quick-661663d.json"),
+                            ("mysql 2M", "tpcds_customer-2026-12-02-sf100-catchup-burst2000000-661663d.json"),
+                            ("postgres 2M", "postgres-2026-12-02-sf100-catch-up-2m-661663d.json")],
               "README.md"),
     "tpcds": (tpcds_table, [("make bench-quick", "tpcds_customer-2026-11-28-sf10-quick.json"),
                             ("--scale 10 --quick", "tpcds_customer-2026-11-28-sf10-quick-ff3a456.json"),
@@ -189,6 +189,7 @@ TABLES: dict[str, tuple[Callable[[list[tuple[str, str]]], list[str]], list[tuple
                             ("--scale 100 at aae827b", "tpcds_customer-2026-12-02-sf100-aae827b.json"),
                             ("--scale 100 at dbe8197", "tpcds_customer-2026-12-02-sf100-dbe8197.json"),
                             ("--scale 100 at 824502c", "tpcds_customer-2026-12-02-sf100-824502c.json"),
+                            ("--scale 100 at 661663d", "tpcds_customer-2026-12-02-sf100-661663d.json"),
                             ("--full", "tpcds_customer-2026-11-22-sf100-full.json"),
                             ("--burst 2000000", "tpcds_customer-2026-11-26-sf100-burst2000000.json")],
               "docs/performance.md"),
@@ -205,7 +206,8 @@ TABLES: dict[str, tuple[Callable[[list[tuple[str, str]]], list[str]], list[tuple
                             ("--scale 100 at 471911b", "peers-2026-12-02-sf100-471911b.json"),
                             ("--quick at 8632c68", "peers-2026-12-02-sf100-quick-8632c68.json"),
                             ("--quick at aae827b", "peers-2026-12-02-sf100-quick-aae827b.json"),
-                            ("--quick --rounds 3 at 2e03751", "peers-2026-12-02-sf100-quick-2e03751.json")],
+                            ("--quick --rounds 3 at 2e03751", "peers-2026-12-02-sf100-quick-2e03751.json"),
+                            ("--quick --rounds 3 at 661663d", "peers-2026-12-02-sf100-quick-661663d.json")],
               "docs/performance.md"),
 }
 
