@@ -65,6 +65,7 @@ from cdc.spark.zygote import comm as zygote_comm
 
 MARK = "@@ "
 SAMPLE_S = 0.2
+CORES = os.cpu_count() or 1
 
 
 def emit(event: str, **data: Any) -> None:
@@ -251,10 +252,9 @@ def single_phase(spec: dict[str, Any]) -> dict[str, Any]:
             yield pa.RecordBatch.from_arrays(b.columns, schema=target)
 
     emit("ready")
-    started = time.perf_counter()
-    write_deltalake(spec["out"], pa.RecordBatchReader.from_batches(target, batches()), mode="overwrite")
-    return {"seconds": time.perf_counter() - started, "rows": rows,
-            "backend": choose_backend(schema, spec["backend"]).name}
+    with cpu_window(spec.get("server_pid")) as cpu:
+        write_deltalake(spec["out"], pa.RecordBatchReader.from_batches(target, batches()), mode="overwrite")
+    return {**cpu, "rows": rows, "backend": choose_backend(schema, spec["backend"]).name}
 
 
 def jdbc_phase(spec: dict[str, Any]) -> dict[str, Any]:
@@ -492,6 +492,35 @@ class RssPeaks:
         seconds."""
         wall = round(self.sampled[-1] - self.sampled[0], 1) if self.sampled else 0.0
         return {"cpu_s": self.cpu_seconds(), "cpu_wall_s": wall}
+
+
+@contextlib.contextmanager
+def cpu_window(server_pid: int | None) -> Iterator[dict[str, float]]:
+    """Inside the block, this process's CPU seconds (all its threads: a Rust fetch and writer run
+    several) and the database server's (:func:`_server_cpu`); filled in when the block ends, with
+    its wall ``seconds``."""
+    import resource
+
+    def own() -> float:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+
+    out: dict[str, float] = {}
+    server = _server_cpu(server_pid) if server_pid else None
+    started, cpu = time.perf_counter(), own()
+    yield out
+    out.update(seconds=time.perf_counter() - started, own_cpu_s=round(own() - cpu, 2))
+    if server_pid and server is not None:
+        out["server_cpu_s"] = round(_server_cpu(server_pid) - server, 2)
+
+
+def cores_used(name: str, window: dict[str, float], server: str) -> str:
+    """One line: the CPU seconds a phase measured with :func:`cpu_window` used, and how many of the
+    machine's cores that kept busy."""
+    total = window["own_cpu_s"] + window.get("server_cpu_s", 0.0)
+    return (f"{name}: its process {window['own_cpu_s']} CPU s"
+            + (f" and {server} {window['server_cpu_s']}" if "server_cpu_s" in window else "")
+            + f" in {window['seconds']:.2f} s: {total / window['seconds']:.2f} of the {CORES} cores")
 
 
 def _server_cpu(pid: int) -> float:

@@ -75,6 +75,8 @@ from pipeline_bench import (
     ChildPhase,
     JobCopies,
     MarkerWriter,
+    cores_used,
+    cpu_window,
     emit,
     stop_when_caught_up,
     visibility,
@@ -196,10 +198,10 @@ def single_phase(spec: dict[str, Any]) -> dict[str, Any]:
             yield batch
 
     emit("ready")
-    started = time.perf_counter()
-    write_deltalake(spec["out"], pa.RecordBatchReader.from_batches(target, batches()), mode="overwrite")
+    with cpu_window(spec.get("server_pid")) as cpu:
+        write_deltalake(spec["out"], pa.RecordBatchReader.from_batches(target, batches()), mode="overwrite")
     conn.close()
-    return {"seconds": time.perf_counter() - started, "rows": rows}
+    return {**cpu, "rows": rows}
 
 
 def stream_paths_phase(spec: dict[str, Any]) -> dict[str, Any]:
@@ -486,11 +488,12 @@ class Bench:
 
     def single_reader(self) -> None:
         spec = {"kind": "pg_single", "cdc": asdict(self.table.box.cdc), "database": self.table.database,
-                "out": str(self.work / "single" / TABLE)}
+                "out": str(self.work / "single" / TABLE), "server_pid": postmaster_pid(self.table.box)}
         started_load = load()
         r = PgChildPhase(spec, self.work / "single.log").wait()
-        self.add(Line("single reader (psycopg COPY ORDER BY key -> Delta)", "peer", r["rows"], r["seconds"],
-                      started_load, 1))
+        line = self.add(Line("single reader (psycopg COPY ORDER BY key -> Delta)", "peer", r["rows"], r["seconds"],
+                             started_load, 1, detail={k: r[k] for k in ("own_cpu_s", "server_cpu_s") if k in r}))
+        print("  " + cores_used(line.name, r, "postgres"), flush=True)
 
     def jdbc(self, p: int, tuned: bool = True) -> None:
         """Spark's JDBC source, tuned (``--jdbc-fetchsize``) or as shipped (:data:`JDBC_AS_SHIPPED`)."""

@@ -79,11 +79,13 @@ from pathlib import Path
 from typing import Any, cast
 
 from pipeline_bench import (
+    CORES,
     ChildPhase,
     JobCopies,
     MarkerWriter,
     PhaseFailed,
     apply_burst,
+    cores_used,
     stop_when_caught_up,
     visibility,
 )
@@ -95,7 +97,6 @@ from cdc.model.config import DEFAULT_CHUNK_SIZE
 from sinks.delta.tables import count_rows
 
 RESULTS = Path(__file__).with_name("results")
-CORES = os.cpu_count() or 1
 KEY = "c_customer_sk"
 SERVER_IDS = "5400-5409"
 BURST = 300_000  # default updates of the catch-up burst
@@ -166,11 +167,13 @@ class Bench:
     def single_reader(self) -> None:
         t = self.table
         spec = {"kind": "single", "cdc": asdict(t.box.cdc), "database": t.database, "table": t.table,
-                "out": str(self.work / "single" / "customer"), "backend": self.args.backend}
+                "out": str(self.work / "single" / "customer"), "backend": self.args.backend, "server_pid": t.box.pid}
         started_load, child = load(), self.start("single", spec)
         r = child.wait()
-        self.add(Line("single reader (ORDER BY key -> Delta)", "peer", r["rows"], r["seconds"],
-                      started_load, 1, child.rss.to_dict(), {"backend": r["backend"]}))
+        line = self.add(Line("single reader (ORDER BY key -> Delta)", "peer", r["rows"], r["seconds"],
+                             started_load, 1, child.rss.to_dict(),
+                             {"backend": r["backend"], **{k: r[k] for k in ("own_cpu_s", "server_cpu_s") if k in r}}))
+        print("  " + cores_used(line.name, r, "mariadbd"), flush=True)
 
     def jdbc(self, p: int, tuned: bool = True) -> None:
         """Spark's JDBC source, tuned (``--jdbc-fetchsize``) or as shipped (:data:`JDBC_AS_SHIPPED`)."""
@@ -515,7 +518,8 @@ def pairs(lines: list[Any], is_ours: Callable[[Any], bool] = lambda ln: ln.kind 
 
 def explain(lines: list[Line], facts: dict[str, Any]) -> list[str]:
     """Where the time went, phase by phase, from the timings the phases reported."""
-    out = []
+    out = [cores_used(ln.name, {"seconds": ln.seconds, **ln.detail}, "mariadbd") for ln in lines
+           if "own_cpu_s" in ln.detail]
     for ln in lines:
         if ln.kind not in ("ours", "catch-up", "profile"):
             continue
