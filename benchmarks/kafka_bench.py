@@ -53,7 +53,7 @@ from typing import Any
 import pyarrow as pa
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from pipeline_bench import apply_burst, top_functions
+from pipeline_bench import RunStart, apply_burst, top_functions
 from tpcds import CustomerTable, customer_rows, customer_sandbox
 
 from cdc.app.config import parse_config
@@ -341,7 +341,9 @@ def main() -> None:
     print(f"TPC-DS customer, scale {args.scale} (~{customer_rows(args.scale):,} rows); load {os.getloadavg()}",
           flush=True)
     work = Path(tempfile.mkdtemp(prefix="spark-cdc-bench-kafka-"))
-    started, load_start = time.perf_counter(), load()
+    start = RunStart.now()
+    print(start.describe(), flush=True)
+    started = start.clock
     broker = start_kafka_sandbox()
     try:
         with customer_sandbox(args.scale) as table:
@@ -368,7 +370,7 @@ def main() -> None:
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps({
         "scale": args.scale, "rows": table.rows, "date": stamp, "args": vars(args),
-        "load_average": {"start": load_start, "end": load()}, "wall_seconds": round(time.perf_counter() - started),
+        **start.conditions(), "wall_seconds": round(time.perf_counter() - started),
         "ratios": got, "target_ratio": TARGET_RATIO,
         "lines": [{**asdict(ln), "rows_per_s": round(ln.rate)} for ln in bench.lines], **bench.facts,
     }, indent=2) + "\n")

@@ -65,7 +65,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
-from pipeline_bench import MARK, ChildPhase, apply_burst
+from pipeline_bench import MARK, ChildPhase, RunStart, apply_burst
 from tpcds import CustomerTable, customer_rows, customer_sandbox
 from tpcds_customer import Bench, Line, check_tools, load, paired_snapshots, pairs
 from tpcds_customer import parse_args as ours_options
@@ -496,7 +496,9 @@ def main() -> None:
     print(f"TPC-DS customer, scale {args.scale} (~{customer_rows(args.scale):,} rows); "
           f"load average {os.getloadavg()}", flush=True)
     work = Path(tempfile.mkdtemp(prefix="spark-cdc-peers-"))
-    started, load_start = time.perf_counter(), load()
+    start = RunStart.now()
+    print(start.describe(), flush=True)
+    started, load_start = start.clock, start.load
     try:
         with customer_sandbox(args.scale) as table:
             print(f"loaded {table.rows:,} rows in {time.perf_counter() - started:.0f}s; work dir {work}", flush=True)
@@ -520,7 +522,7 @@ def main() -> None:
     doc = {
         "scale": args.scale, "rows": table.rows, "date": stamp, "args": vars(args),
         "command": " ".join(["benchmarks/peers.py", *sys.argv[1:]]),
-        "load_average": {"start": load_start, "end": load()},
+        **start.conditions(),
         "wall_seconds": round(time.perf_counter() - started), "summary": result, **bench.facts,
         "runs": [{**asdict(r), "name": r.name, "rows_per_s": round(r.rate)} for r in runs],
     }

@@ -56,7 +56,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -492,6 +492,45 @@ class RssPeaks:
         seconds."""
         wall = round(self.sampled[-1] - self.sampled[0], 1) if self.sampled else 0.0
         return {"cpu_s": self.cpu_seconds(), "cpu_wall_s": wall}
+
+
+PROBE_LOOPS = 3_000_000
+
+
+def speed_probe(rounds: int = 5) -> float:
+    """How fast this machine's cores are right now: the best of ``rounds`` timings (seconds) of a
+    fixed pure-Python loop of :data:`PROBE_LOOPS` additions. The 2 cores are shared, and their
+    speed swings by more than 2x within an hour (the same loop: 0.88 s per 10 million additions
+    at 00:20 and 0.37 s at 01:00 on 2026-12-03), while the load average sees only this machine's
+    own processes. A run's JSON records the probe at its start and end (:class:`RunStart`)."""
+    best = float("inf")
+    for _ in range(rounds):
+        started, total = time.perf_counter(), 0
+        for i in range(PROBE_LOOPS):
+            total += i
+        best = min(best, time.perf_counter() - started)
+    return round(best, 3)
+
+
+class RunStart(NamedTuple):
+    """A benchmark run's start: its clock, the load average and the speed probe."""
+
+    clock: float
+    load: float
+    probe_s: float
+
+    @classmethod
+    def now(cls) -> RunStart:
+        return cls(time.perf_counter(), round(os.getloadavg()[0], 2), speed_probe())
+
+    def conditions(self) -> dict[str, Any]:
+        """The run's JSON fields on the machine's state, at its start and now: ``load_average``
+        and ``python_probe_s`` (:func:`speed_probe`)."""
+        return {"load_average": {"start": self.load, "end": round(os.getloadavg()[0], 2)},
+                "python_probe_s": {"start": self.probe_s, "end": speed_probe()}}
+
+    def describe(self) -> str:
+        return f"load average {self.load}, Python probe {self.probe_s} s (lower is faster)"
 
 
 @contextlib.contextmanager

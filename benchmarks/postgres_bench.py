@@ -75,6 +75,7 @@ from pipeline_bench import (
     ChildPhase,
     JobCopies,
     MarkerWriter,
+    RunStart,
     cores_used,
     cpu_window,
     emit,
@@ -765,7 +766,9 @@ def main() -> None:
     print(f"TPC-DS customer in PostgreSQL, scale {args.scale} (~{customer_rows(args.scale):,} rows); "
           f"load average {os.getloadavg()}", flush=True)
     work = Path(tempfile.mkdtemp(prefix="spark-cdc-bench-pg-"))
-    started, load_start = time.perf_counter(), load()
+    start = RunStart.now()
+    print(start.describe(), flush=True)
+    started, load_start = start.clock, start.load
     try:
         with pg_customer(args.scale) as table:
             print(f"PostgreSQL {table.box.version}: loaded {table.rows:,} rows in "
@@ -778,12 +781,12 @@ def main() -> None:
     lines, facts = bench.lines, bench.facts
     if args.catch_up_variants:
         out = RESULTS / f"postgres-{dt.date.today().isoformat()}-sf{args.scale}-catch-up-variants.json"
-        write_result(out, args, table.rows, load_start, lines, **facts)
+        write_result(out, args, table.rows, start, lines, **facts)
         print(f"wrote {out}")
         return
     if args.chunk_sizes:
         write_chunk_sizes(RESULTS / f"postgres-{dt.date.today().isoformat()}-sf{args.scale}-chunk-sizes.json", args,
-                          table.rows, lines, load_start)
+                          table.rows, lines, start)
         return
     result = verdict(lines, facts)
     print("\n" + table_text(lines))
@@ -795,7 +798,7 @@ def main() -> None:
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps({
         "scale": args.scale, "rows": table.rows, "date": stamp, "args": vars(args), "postgres": table.box.version,
-        "load_average": {"start": load_start, "end": load()}, "wall_seconds": round(time.perf_counter() - started),
+        **start.conditions(), "wall_seconds": round(time.perf_counter() - started),
         **result, "lines": [{**asdict(ln), "rows_per_s": round(ln.rate)} for ln in lines], **facts,
     }, indent=2, default=str) + "\n")
     print(f"wrote {out} in {time.perf_counter() - started:.0f}s")

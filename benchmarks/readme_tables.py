@@ -74,6 +74,7 @@ def tpcds_table(files: list[tuple[str, str]]) -> list[str]:
         ("visibility at 1k changes/s: mirror p50 / p99", lambda r: (
             f"{r['visibility']['mirror_p50_s']:.1f} s / {r['visibility']['mirror_p99_s']:.1f} s")),
         ("load average at start / end", lambda r: f"{r['load_average']['start']} / {r['load_average']['end']}"),
+        ("Python probe at start / end (s; lower is faster)", _probe),
     ]
     for _, r in runs:
         r["lines_best"], r["p1"] = _snapshot(r, 2), _snapshot(r, 1)
@@ -81,6 +82,12 @@ def tpcds_table(files: list[tuple[str, str]]) -> list[str]:
            "| --- |" + " --- |" * len(runs)]
     out += [f"| {name} | " + " | ".join(cell(r) for _, r in runs) + " |" for name, cell in rows]
     return out
+
+
+def _probe(run: dict[str, Any]) -> str:
+    """The speed probe at a run's start and end (pipeline_bench.speed_probe; runs before it: none)."""
+    probe = run.get("python_probe_s")
+    return f"{probe['start']} / {probe['end']}" if probe else "not taken"
 
 
 def peers_table(files: list[tuple[str, str]]) -> list[str]:
@@ -190,6 +197,7 @@ def goals_table(files: list[tuple[str, str]]) -> list[str]:
         names = [f for r, f in files if r == role]
         out.append(f"- {GOAL_RUNS[role]}: " + "; ".join(
             f"`{f}` ({r['date']}, load {r['load_average']['start']} at its start"
+            + (f", Python probe {r['python_probe_s']['start']} s" if "python_probe_s" in r else "")
             + (f"; `{r['command']}`" if "command" in r else "") + ")" for f, r in zip(names, group, strict=True)))
     return out
 

@@ -84,6 +84,7 @@ from pipeline_bench import (
     JobCopies,
     MarkerWriter,
     PhaseFailed,
+    RunStart,
     apply_burst,
     cores_used,
     stop_when_caught_up,
@@ -769,21 +770,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def write_result(out: Path, args: argparse.Namespace, rows: int, load_start: float, lines: list[Line],
+def write_result(out: Path, args: argparse.Namespace, rows: int, start: RunStart, lines: list[Line],
                  **extra: Any) -> None:
     """A run's JSON: the run's facts, ``extra`` (targets, facts of the phases...) and every line."""
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps({
         "scale": args.scale, "rows": rows, "date": dt.date.today().isoformat(), "args": vars(args),
-        "load_average": {"start": load_start, "end": load()}, **extra,
+        **start.conditions(), **extra,
         "lines": [{**asdict(ln), "rows_per_s": round(ln.rate)} for ln in lines]}, indent=2) + "\n")
 
 
-def write_chunk_sizes(out: Path, args: argparse.Namespace, rows: int, lines: list[Line], load_start: float) -> None:
+def write_chunk_sizes(out: Path, args: argparse.Namespace, rows: int, lines: list[Line], start: RunStart) -> None:
     """The ``--chunk-sizes`` result: every line, and the summary per size."""
     summary = chunk_size_summary(lines)
     print("per chunk size:", json.dumps(summary))
-    write_result(out, args, rows, load_start, lines, chunk_sizes=summary)
+    write_result(out, args, rows, start, lines, chunk_sizes=summary)
     print(f"wrote {out}")
 
 
@@ -810,7 +811,9 @@ def main() -> None:
     rows = customer_rows(args.scale)
     print(f"TPC-DS customer, scale {args.scale} (~{rows:,} rows); load average {os.getloadavg()}", flush=True)
     work = Path(tempfile.mkdtemp(prefix="spark-cdc-bench-"))
-    started, load_start = time.perf_counter(), load()
+    start = RunStart.now()
+    print(start.describe(), flush=True)
+    started, load_start = start.clock, start.load
     try:
         with customer_sandbox(args.scale) as table:
             print(f"loaded {table.rows:,} rows in {time.perf_counter() - started:.0f}s; work dir {work}", flush=True)
@@ -828,13 +831,13 @@ def main() -> None:
     stamp = dt.date.today().isoformat()
     if args.chunk_sizes:
         write_chunk_sizes(RESULTS / f"tpcds_customer-{stamp}-sf{args.scale}-chunk-sizes.json", args, table.rows,
-                          lines, load_start)
+                          lines, start)
         return
     if args.catch_up_only:
         sized = ("" if args.mirror_file_size == "default" else f"-mirror{args.mirror_file_size.lower()}") + \
             layout_suffix(args)
         out = RESULTS / f"tpcds_customer-{stamp}-sf{args.scale}-catchup-burst{args.burst}{sized}.json"
-        write_result(out, args, table.rows, load_start, lines, rss_columns=RSS_COLUMNS, **facts)
+        write_result(out, args, table.rows, start, lines, rss_columns=RSS_COLUMNS, **facts)
         print(f"wrote {out}")
         return
     result = verdict(lines, facts)
@@ -844,7 +847,7 @@ def main() -> None:
     mode = ("-quick" if args.quick else "-full" if args.full else "") + (
         f"-burst{args.burst}" if args.burst != BURST and not args.quick else "") + layout_suffix(args)
     out = RESULTS / f"tpcds_customer-{stamp}-sf{args.scale}{mode}.json"
-    write_result(out, args, table.rows, load_start, lines, wall_seconds=round(time.perf_counter() - started),
+    write_result(out, args, table.rows, start, lines, wall_seconds=round(time.perf_counter() - started),
                  **result, where_the_time_goes=where, **facts)
     chart(lines, facts, f"TPC-DS customer SF{args.scale}, {table.rows:,} rows ({stamp}, load {load_start})",
           out.with_suffix(".png"))
