@@ -53,7 +53,7 @@ from typing import Any
 import pyarrow as pa
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from pipeline_bench import RunStart, apply_burst, top_functions
+from pipeline_bench import RunStart, apply_burst, load, top_functions
 from tpcds import CustomerTable, customer_rows, customer_sandbox
 
 from cdc.app.config import parse_config
@@ -84,10 +84,6 @@ class Line:
     @property
     def rate(self) -> float:
         return self.rows / self.seconds if self.seconds else 0.0
-
-
-def load() -> float:
-    return round(os.getloadavg()[0], 2)
 
 
 class CommitTimer:

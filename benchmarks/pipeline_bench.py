@@ -497,6 +497,11 @@ class RssPeaks:
 PROBE_LOOPS = 3_000_000
 
 
+def load() -> float:
+    """The 1-minute load average, rounded."""
+    return round(os.getloadavg()[0], 2)
+
+
 def speed_probe(rounds: int = 5) -> float:
     """How fast this machine's cores are right now: the best of ``rounds`` timings (seconds) of a
     fixed pure-Python loop of :data:`PROBE_LOOPS` additions. The 2 cores are shared, and their
@@ -521,12 +526,12 @@ class RunStart(NamedTuple):
 
     @classmethod
     def now(cls) -> RunStart:
-        return cls(time.perf_counter(), round(os.getloadavg()[0], 2), speed_probe())
+        return cls(time.perf_counter(), load(), speed_probe())
 
     def conditions(self) -> dict[str, Any]:
         """The run's JSON fields on the machine's state, at its start and now: ``load_average``
         and ``python_probe_s`` (:func:`speed_probe`)."""
-        return {"load_average": {"start": self.load, "end": round(os.getloadavg()[0], 2)},
+        return {"load_average": {"start": self.load, "end": load()},
                 "python_probe_s": {"start": self.probe_s, "end": speed_probe()}}
 
     def describe(self) -> str:

@@ -87,6 +87,7 @@ from pipeline_bench import (
     RunStart,
     apply_burst,
     cores_used,
+    load,
     stop_when_caught_up,
     visibility,
 )
@@ -132,10 +133,6 @@ def server_pid(port: int) -> int | None:
         if proc.info["name"] == "mariadbd" and f"--port={port}" in (proc.info["cmdline"] or []):
             return int(proc.pid)
     return None
-
-
-def load() -> float:
-    return round(os.getloadavg()[0], 2)
 
 
 class Bench:
