@@ -160,6 +160,54 @@ def test_a_names_location_comes_from_the_metastore_without_loading_the_delta_tab
         spark.sql("DROP DATABASE cat_db CASCADE")
 
 
+def _entry_fields(spark: Any, db: str, table: str) -> dict[str, str]:
+    """What the catalog holds for ``db.table``, as Spark describes an entry, less what differs
+    between two tables (their names, locations and times)."""
+    entry = spark._jsparkSession.sharedState().externalCatalog().getTable(db, table)
+    fields = dict(line.split(": ", 1) for line in str(entry.toString()).splitlines()[1:] if ": " in line)
+    fields.update(tracks_partitions=str(entry.tracksPartitionsInCatalog()), schema=entry.schema().json(),
+                  storage_properties=str(entry.storage().properties()), properties=str(entry.properties()))
+    for key in ("Table", "Location", "Created Time", "Last Access"):
+        fields.pop(key, None)
+    return fields
+
+
+def test_the_own_catalogs_entries_are_delta_sparks_own_written_without_loading_the_table(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a local job's own catalog the sink writes each name's entry itself: delta-spark's CREATE
+    TABLE first loads the table (2.8 CPU s of the driver JVM for a job's first name). The entry is
+    the one that statement writes, and a Spark whose catalog classes differ gets the statement."""
+    from deltalake import write_deltalake
+
+    lake = tmp_path / "lake"
+    for name in ("by_sql", "direct", "fallback"):
+        write_deltalake(str(lake / name), pa.table({"id": pa.array([1, 2, 3], pa.int32()), "v": ["a", "b", "c"]}))
+    spark.sql("CREATE DATABASE IF NOT EXISTS own_db")
+    spark.conf.set(OWN_CATALOG, str(tmp_path / "catalog"))
+    try:
+        spark.sql(f"CREATE TABLE own_db.by_sql USING DELTA LOCATION '{lake / 'by_sql'}'")
+        (lake / "direct").rename(lake / "away")  # the entry is written without reading the table
+        delta_catalog._create_table(spark, "own_db", "direct", (lake / "direct").as_uri())
+        (lake / "away").rename(lake / "direct")
+        assert _entry_fields(spark, "own_db", "direct") == _entry_fields(spark, "own_db", "by_sql")
+        assert location(spark, "own_db", "direct") == (lake / "direct").as_uri().replace("file:///", "file:/")
+        rows = spark.sql("SELECT id, v FROM own_db.direct ORDER BY id").collect()
+        assert [tuple(r) for r in rows] == [(1, "a"), (2, "b"), (3, "c")]
+        assert [r.col_name for r in spark.sql("DESCRIBE TABLE own_db.direct").collect()][:2] == ["id", "v"]
+
+        def other_spark(*args: Any, **kwargs: Any) -> Any:
+            raise ValueError("org.apache.spark.sql.catalyst.catalog.CatalogTable has no parameter ['provider']")
+
+        monkeypatch.setattr(delta_catalog, "_case_class", other_spark)
+        assert delta_catalog.delta_entry(spark, "own_db", "fallback", (lake / "fallback").as_uri()) is None
+        delta_catalog._create_table(spark, "own_db", "fallback", (lake / "fallback").as_uri())
+        assert _entry_fields(spark, "own_db", "fallback") == _entry_fields(spark, "own_db", "by_sql")
+    finally:
+        spark.conf.unset(OWN_CATALOG)
+        spark.sql("DROP DATABASE IF EXISTS own_db CASCADE")
+
+
 def one_table(db: str) -> dict[TableId, TableSchema]:
     return {TableId(db, "t"): TableSchema(
         TableId(db, "t"), (Column("id", "int", "int", False, arrow=pa.int32()),), ("id",), "mysql")}
