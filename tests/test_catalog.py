@@ -177,7 +177,8 @@ def test_the_own_catalogs_entries_are_delta_sparks_own_written_without_loading_t
 ) -> None:
     """In a local job's own catalog the sink writes each name's entry itself: delta-spark's CREATE
     TABLE first loads the table (2.8 CPU s of the driver JVM for a job's first name). The entry is
-    the one that statement writes, and a Spark whose catalog classes differ gets the statement."""
+    the one that statement writes, and a Spark whose catalog classes differ, or whose catalog
+    refuses the entry, gets the statement."""
     from deltalake import write_deltalake
 
     lake = tmp_path / "lake"
@@ -202,6 +203,11 @@ def test_the_own_catalogs_entries_are_delta_sparks_own_written_without_loading_t
         monkeypatch.setattr(delta_catalog, "_case_class", other_spark)
         assert delta_catalog.delta_entry(spark, "own_db", "fallback", (lake / "fallback").as_uri()) is None
         delta_catalog._create_table(spark, "own_db", "fallback", (lake / "fallback").as_uri())
+        assert _entry_fields(spark, "own_db", "fallback") == _entry_fields(spark, "own_db", "by_sql")
+        spark.sql("DROP TABLE own_db.fallback")  # an external table: its files stay
+
+        monkeypatch.setattr(delta_catalog, "delta_entry", lambda *args: spark._jvm.java.lang.Object())
+        delta_catalog._create_table(spark, "own_db", "fallback", (lake / "fallback").as_uri())  # refused: the statement
         assert _entry_fields(spark, "own_db", "fallback") == _entry_fields(spark, "own_db", "by_sql")
     finally:
         spark.conf.unset(OWN_CATALOG)

@@ -203,17 +203,21 @@ def _create_table(spark: Any, db: str, table: str, uri: str) -> None:
     first start here it cost the driver JVM 2.8 CPU s for the first name and 0.36 for each next,
     on 2 cores beside the snapshot; the entry alone costs 0.1-0.3. A shared catalog
     (spark-submit's, which may be another metastore or a catalog service) gets the statement, and
-    so does a Spark whose catalog classes :func:`delta_entry` does not know.
+    so does a Spark whose catalog classes :func:`delta_entry` does not know, or whose catalog
+    refuses the entry.
     """
     entry = delta_entry(spark, db, table, uri) if _record(spark) is not None else None
-    if entry is None:
-        full = f"{_ident(db)}.{_ident(table)}"
-        spark.sql(f"CREATE TABLE {full} USING DELTA LOCATION '{uri.replace(chr(39), chr(92) + chr(39))}'")
-        return
-    spark._jsparkSession.sessionState().catalog().createTable(entry, False, False)
-
-
-_CATALOG_CLASSES = "org.apache.spark.sql.catalyst.catalog."
+    if entry is not None:
+        try:
+            spark._jsparkSession.sessionState().catalog().createTable(entry, False, False)
+            return
+        except Exception as exc:
+            if location(spark, db, table) is not None:
+                raise  # the name was taken meanwhile: the caller says whose it is
+            log.info("registering %s.%s through CREATE TABLE: the catalog refused its entry (%s)",
+                     db, table, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+    full = f"{_ident(db)}.{_ident(table)}"
+    spark.sql(f"CREATE TABLE {full} USING DELTA LOCATION '{uri.replace(chr(39), chr(92) + chr(39))}'")
 
 
 def delta_entry(spark: Any, db: str, table: str, uri: str) -> Any:
@@ -227,9 +231,9 @@ def delta_entry(spark: Any, db: str, table: str, uri: str) -> Any:
         catalog = jvm.org.apache.spark.sql.catalyst.catalog
         # as delta-spark keeps it: file:/x, not file:///x (a Hadoop path's text)
         where = catalog.CatalogUtils.stringToURI(jvm.org.apache.hadoop.fs.Path(uri).toString())
-        storage = _case_class(jvm, _CATALOG_CLASSES + "CatalogStorageFormat", locationUri=jvm.scala.Some(where),
+        storage = _case_class(jvm, "org.apache.spark.sql.catalyst.catalog.CatalogStorageFormat", locationUri=jvm.scala.Some(where),
                               inputFormat=none, outputFormat=none, serde=none, compressed=False, properties=empty)
-        return _case_class(jvm, _CATALOG_CLASSES + "CatalogTable",
+        return _case_class(jvm, "org.apache.spark.sql.catalyst.catalog.CatalogTable",
                            identifier=jvm.org.apache.spark.sql.catalyst.TableIdentifier.apply(table, jvm.scala.Some(db)),
                            tableType=catalog.CatalogTableType.EXTERNAL(),
                            storage=storage, schema=jvm.org.apache.spark.sql.types.StructType(),
