@@ -207,11 +207,13 @@ GOAL_RUNS = {"mysql": "MariaDB", "postgres": "PostgreSQL", "peers": "the peers",
 
 
 TABLES: dict[str, tuple[Callable[[list[tuple[str, str]]], list[str]], list[tuple[str, str]], str]] = {
-    "goals": (goals_table, [("mysql", "tpcds_customer-2026-12-03-sf100-9166311.json"),
+    "goals": (goals_table, [("mysql", "tpcds_customer-2026-12-03-sf100-30ed98a.json"),
+                            ("mysql", "tpcds_customer-2026-12-03-sf100-9166311.json"),
                             ("mysql", "tpcds_customer-2026-12-03-sf100-7a2e828-2.json"),
                             ("mysql", "tpcds_customer-2026-12-03-sf100-7a2e828-1.json"),
                             ("mysql", "tpcds_customer-2026-12-02-sf100-661663d.json"),
                             ("mysql", "tpcds_customer-2026-12-02-sf100-824502c.json"),
+                            ("postgres", "postgres-2026-12-03-sf100-30ed98a.json"),
                             ("postgres", "postgres-2026-12-03-sf100-9166311.json"),
                             ("postgres", "postgres-2026-12-03-sf100-7a2e828-2.json"),
                             ("postgres", "postgres-2026-12-03-sf100-7a2e828-1.json"),
@@ -245,6 +247,7 @@ TABLES: dict[str, tuple[Callable[[list[tuple[str, str]]], list[str]], list[tuple
                             ("--scale 100 at 7a2e828, 00:29", "tpcds_customer-2026-12-03-sf100-7a2e828-1.json"),
                             ("--scale 100 at 7a2e828, 00:43", "tpcds_customer-2026-12-03-sf100-7a2e828-2.json"),
                             ("--scale 100 at 9166311", "tpcds_customer-2026-12-03-sf100-9166311.json"),
+                            ("--scale 100 at 30ed98a", "tpcds_customer-2026-12-03-sf100-30ed98a.json"),
                             ("--full", "tpcds_customer-2026-11-22-sf100-full.json"),
                             ("--burst 2000000", "tpcds_customer-2026-11-26-sf100-burst2000000.json")],
               "docs/performance.md"),
