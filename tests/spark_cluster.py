@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -90,9 +91,13 @@ class SparkCluster:
             [str(SPARK_HOME / "bin" / "spark-class"), "org.apache.spark.deploy.master.Master",
              "--host", "127.0.0.1", "--port", str(self.port), "--webui-port", str(self.ui_port)],
             env=_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        self._wait(lambda s: s.get("status") == "ALIVE", "the master")
-        for _ in range(self.workers):
-            self.add_worker()
+        try:
+            self._wait(lambda s: s.get("status") == "ALIVE", "the master")
+            for _ in range(self.workers):
+                self.add_worker()
+        except BaseException:  # a cluster that did not come up leaves no process or folder behind
+            self.stop()
+            raise
         return self
 
     def add_worker(self) -> Worker:
@@ -115,8 +120,20 @@ class SparkCluster:
         return self.nodes[-1]
 
     def state(self) -> dict[str, Any]:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/", timeout=5) as r:
+        """The master's JSON status, from the port its log says its UI bound: the one asked for, or
+        the next free one if something took it meanwhile.
+
+        Raises:
+            OSError, ValueError: no answer yet, or not this master's JSON.
+        """
+        log = self.folder / "master.log"
+        bound = re.search(r"Successfully started service 'MasterUI' on port (\d+)",
+                          log.read_text(errors="replace") if log.exists() else "")
+        port = int(bound.group(1)) if bound else self.ui_port
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/", timeout=5) as r:
             data: dict[str, Any] = json.load(r)
+        if data.get("url") != self.url:
+            raise ValueError(f"port {port} answers for {data.get('url')}, not {self.url}")
         return data
 
     def _wait(self, ready: Any, what: str, timeout: float = 90.0) -> None:
@@ -126,7 +143,7 @@ class SparkCluster:
             try:
                 if ready(self.state()):
                     return
-            except OSError:
+            except (OSError, ValueError):  # not listening yet, or (as it starts) its page, not its JSON
                 pass
             time.sleep(0.3)
         raise AssertionError(f"{what} did not come up in {timeout:.0f}s:\n{self._log('master.log')}")
