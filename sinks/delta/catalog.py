@@ -215,7 +215,7 @@ def _create_table(spark: Any, db: str, table: str, uri: str) -> None:
             if location(spark, db, table) is not None:
                 raise  # the name was taken meanwhile: the caller says whose it is
             log.info("registering %s.%s through CREATE TABLE: the catalog refused its entry (%s)",
-                     db, table, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+                     db, table, _first_line(exc))
     full = f"{_ident(db)}.{_ident(table)}"
     spark.sql(f"CREATE TABLE {full} USING DELTA LOCATION '{uri.replace(chr(39), chr(92) + chr(39))}'")
 
@@ -228,20 +228,26 @@ def delta_entry(spark: Any, db: str, table: str, uri: str) -> Any:
     jvm = spark._jvm
     try:
         none, empty = jvm.scala.Option.apply(None), jvm.PythonUtils.toScalaMap({})
-        catalog = jvm.org.apache.spark.sql.catalyst.catalog
+        catalog, package = jvm.org.apache.spark.sql.catalyst.catalog, "org.apache.spark.sql.catalyst.catalog."
         # as delta-spark keeps it: file:/x, not file:///x (a Hadoop path's text)
         where = catalog.CatalogUtils.stringToURI(jvm.org.apache.hadoop.fs.Path(uri).toString())
-        storage = _case_class(jvm, "org.apache.spark.sql.catalyst.catalog.CatalogStorageFormat", locationUri=jvm.scala.Some(where),
+        storage = _case_class(jvm, package + "CatalogStorageFormat", locationUri=jvm.scala.Some(where),
                               inputFormat=none, outputFormat=none, serde=none, compressed=False, properties=empty)
-        return _case_class(jvm, "org.apache.spark.sql.catalyst.catalog.CatalogTable",
+        return _case_class(jvm, package + "CatalogTable",
                            identifier=jvm.org.apache.spark.sql.catalyst.TableIdentifier.apply(table, jvm.scala.Some(db)),
                            tableType=catalog.CatalogTableType.EXTERNAL(),
                            storage=storage, schema=jvm.org.apache.spark.sql.types.StructType(),
                            provider=jvm.scala.Some("delta"), tracksPartitionsInCatalog=True)
     except Exception as exc:  # py4j's errors: a class, a parameter or a default that is not there
         log.info("registering %s.%s through CREATE TABLE: Spark's catalog entry could not be built here (%s)",
-                 db, table, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+                 db, table, _first_line(exc))
         return None
+
+
+def _first_line(exc: BaseException) -> str:
+    """An error's first line (py4j's carry the JVM's whole stack trace), or its type."""
+    text = str(exc)
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _case_class(jvm: Any, name: str, **given: Any) -> Any:
