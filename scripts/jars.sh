@@ -2,7 +2,8 @@
 # Resolve the project's JVM jars from Maven Central once, into jars/ (nothing downloads at run time):
 #   jars/spark/  delta-spark, spark-sql-kafka, JDBC drivers: every Spark session's spark.jars
 #                (jars pyspark already ships are dropped: pyspark's copies win);
-#   jars/kafka/  Apache Kafka's broker (KRaft), for `python -m cdc sandbox kafka` and the tests.
+#   jars/kafka/  Apache Kafka's broker (KRaft), for `python -m cdc sandbox kafka` and the tests;
+#   jars/pulsar/ Apache Pulsar's standalone broker, for `python -m cdc sandbox pulsar` and the tests.
 # Skips a folder whose pom has not changed since it was resolved (a stamp holds the pom's hash).
 # Usage: scripts/jars.sh [python]   (the interpreter that has pyspark; default .venv/bin/python)
 set -euo pipefail
@@ -28,6 +29,7 @@ resolve() {  # resolve <name>: jvm/<name>/pom.xml -> $OUT/<name>/
 }
 
 resolve kafka
+resolve pulsar
 resolve spark
 # Drop the jars pyspark ships itself (same artifact, any version), so no class is loaded twice.
 "$PY" - "$OUT/spark" <<'PYEOF'
@@ -46,3 +48,4 @@ kept = sorted(n for n in os.listdir(ours) if n.endswith(".jar"))
 print(f"jars: {len(kept)} jars in {ours} for Spark (pyspark {pyspark.__version__} ships the rest)")
 PYEOF
 echo "jars: $(ls "$OUT/kafka" | grep -c '\.jar$') jars in $OUT/kafka for the Kafka broker"
+echo "jars: $(ls "$OUT/pulsar" | grep -c '\.jar$') jars in $OUT/pulsar for the Pulsar broker"

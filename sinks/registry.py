@@ -10,10 +10,12 @@ from cdc.model.hooks import NO_HOOKS, Hooks
 from sinks.base import Sink
 from sinks.delta.sink import DeltaSink
 from sinks.kafka.sink import KafkaSink
+from sinks.pulsar.sink import PulsarSink
 
 SINKS: dict[str, type[Sink]] = {
     DeltaSink.name: DeltaSink,
     KafkaSink.name: KafkaSink,
+    PulsarSink.name: PulsarSink,
 }
 
 

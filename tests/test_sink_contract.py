@@ -141,11 +141,56 @@ def _kafka() -> SinkKind:
     return SinkKind(make, state, changes)
 
 
+def _pulsar() -> SinkKind:
+    """Pulsar: as Kafka's, read by a plain Reader of each partition from its first message (an
+    empty payload is a tombstone)."""
+    import hashlib
+
+    from pulsar_broker import read_topic, shared_pulsar
+
+    from cdc.model.debezium.codec import decode_value
+    from sinks.pulsar.config import PulsarSinkConfig
+    from sinks.pulsar.sink import PulsarSink
+
+    def config(root: str) -> PulsarSinkConfig:
+        prefix = "contract-" + hashlib.sha1(root.encode()).hexdigest()[:12]  # one topic per test
+        broker = shared_pulsar()
+        return PulsarSinkConfig(service_url=broker.service_url, admin_url=broker.admin_url, topic_prefix=prefix,
+                                partitions=3, staging_path=f"{root}/pulsar-staging",
+                                bigint_unsigned_handling_mode="precise")
+
+    def make(root: str, job_id: str, hooks: Any) -> Sink:
+        return PulsarSink(config(root), job_id, hooks=hooks)
+
+    def records(root: str, schema: TableSchema) -> list[tuple[bytes | None, Any]]:
+        c = config(root)
+        return [(r.key, decode_value(r.value, schema, options=c.debezium_options()))
+                for r in read_topic(c.service_url, c.topic(schema.table_id), 3)]
+
+    def changes(root: str, schema: TableSchema) -> list[dict[str, Any]]:
+        return [{"op": record.op, "before": record.before, "after": record.after,
+                 "source": {"file": record.source.file, "pos": record.source.pos, "row": record.source.row}}
+                for _, record in records(root, schema) if record is not None]
+
+    def state(root: str, schema: TableSchema) -> list[dict[str, Any]]:
+        rows: dict[bytes | None, dict[str, Any]] = {}
+        for key, record in records(root, schema):
+            if record is None or record.op == "d":
+                rows.pop(key, None)
+            else:
+                assert record.after is not None
+                rows[key] = record.after
+        return list(rows.values())
+
+    return SinkKind(make, state, changes)
+
+
 SINK_KINDS = {
     "delta-async-mirror": _delta("async"),
     "delta-inline-mirror": _delta("inline"),
     "delta-spark": dataclasses.replace(_delta("async", "delta-spark"), examples=6),
     "kafka": dataclasses.replace(_kafka(), examples=10),  # each read-back polls the broker
+    "pulsar": dataclasses.replace(_pulsar(), examples=8),  # each open creates producers, reads the control topic
 }
 
 

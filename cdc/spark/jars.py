@@ -1,7 +1,8 @@
 """The project's JVM jars: where ``scripts/jars.sh`` (``make setup``) put them, and checks.
 
 ``jars/spark`` holds what every Spark session of the project loads through ``spark.jars``
-(delta-spark, spark-sql-kafka, JDBC drivers); ``jars/kafka`` the Kafka broker's classpath. The
+(delta-spark, spark-sql-kafka, JDBC drivers); ``jars/kafka`` the Kafka broker's classpath;
+``jars/pulsar`` the Pulsar standalone broker's. The
 folder is ``$SPARK_CDC_JARS`` or ``jars/`` at the project root. Nothing is downloaded at run time:
 a missing folder is an error that names the fix.
 """
@@ -61,6 +62,15 @@ def kafka_classpath() -> str:
         JarsMissing: ``make setup`` has not resolved them.
     """
     return os.pathsep.join(_jars("kafka"))
+
+
+def pulsar_classpath() -> str:
+    """The Pulsar standalone broker's classpath (``jars/pulsar/*``).
+
+    Raises:
+        JarsMissing: ``make setup`` has not resolved them.
+    """
+    return os.pathsep.join(_jars("pulsar"))
 
 
 def jar(prefix: str) -> str:

@@ -15,54 +15,17 @@ librdkafka never logs configuration values, so secrets in ``sink.producer`` stay
 from __future__ import annotations
 
 import logging
-import re
-import threading
-import time
 from typing import Any
 
+from sinks.stream.logs import WINDOW_S, Repeats, repeats_logger
+
+__all__ = ["CLIENT_LOGGING", "LOGGER_NAME", "WINDOW_S", "Repeats"]
+
 LOGGER_NAME = "sinks.kafka.librdkafka"
-WINDOW_S = 60.0
-_MAX_SHAPES = 1000
-_DIGITS = re.compile(r"\d+")
-
-
-class Repeats(logging.Filter):
-    """Passes a line whose shape was not shown in the last ``window_s`` seconds, as a warning."""
-
-    def __init__(self, window_s: float = WINDOW_S) -> None:
-        super().__init__()
-        self.window_s = window_s
-        self._shown: dict[str, tuple[float, int]] = {}  # shape -> (when shown, held back since)
-        self._lock = threading.Lock()
-
-    def reset(self) -> None:
-        """Forget what was shown: the next line of every kind passes."""
-        with self._lock:
-            self._shown.clear()
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        text = record.getMessage()
-        shape = _DIGITS.sub("#", text)
-        now = time.monotonic()
-        with self._lock:
-            shown, held = self._shown.get(shape, (None, 0))
-            if shown is not None and now - shown < self.window_s:
-                self._shown[shape] = (shown, held + 1)
-                return False
-            if len(self._shown) >= _MAX_SHAPES:
-                self._shown.clear()
-            self._shown[shape] = (now, 0)
-        if record.levelno > logging.WARNING:
-            record.levelno, record.levelname = logging.WARNING, "WARNING"
-        record.msg, record.args = ("%s (%d more like it held back)", (text, held)) if held else ("%s", (text,))
-        return True
 
 
 def _logger() -> logging.Logger:
-    log = logging.getLogger(LOGGER_NAME)
-    if not any(isinstance(f, Repeats) for f in log.filters):
-        log.addFilter(Repeats())
-    return log
+    return repeats_logger(LOGGER_NAME)
 
 
 # librdkafka settings of every client the sink creates: errors only (librdkafka's level 3), to

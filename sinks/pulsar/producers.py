@@ -1,0 +1,166 @@
+"""Driver side: the sink's Pulsar client, its deduplicated producers and the control topic.
+
+* :class:`Producers` holds one client and one producer per topic partition, all named
+  ``spark-cdc-<job id>`` and exclusive with fencing (a new run's producer fences the old run's, as
+  a Kafka transactional id does; a producer of anyone else is refused), batching off: each message carries the sequence id the sink gives it, and the
+  broker's deduplication drops a message whose id is not above the highest it persisted for that
+  producer name. ``Producer.last_sequence_id()`` says what that highest id is when the producer
+  connects: the sink sends only what lies above it.
+* :func:`partition_of`: a key's partition, the Java client's ``Murmur3_32Hash`` routing.
+* The control topic holds one marker per committed batch, keyed by the job id (compacted:
+  :func:`read_markers` reads the newest per job).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import mmh3
+import pulsar
+
+from sinks.pulsar.config import PulsarSinkConfig
+from sinks.stream.logs import repeats_logger
+
+CLIENT_LOGGER = "sinks.pulsar.client"
+SEQUENCE_BITS = 32  # a message's sequence id: (batch id << 32) | its index in its partition's batch
+
+_COMPRESSION = {"none": pulsar.CompressionType.NONE, "lz4": pulsar.CompressionType.LZ4,
+                "zlib": pulsar.CompressionType.ZLib, "zstd": pulsar.CompressionType.ZSTD,
+                "snappy": pulsar.CompressionType.SNAPPY}
+
+
+def client_logger() -> logging.Logger:
+    """The Python logger the C++ client logs to: warnings and errors, each kind once a minute."""
+    log = repeats_logger(CLIENT_LOGGER)
+    if log.level == logging.NOTSET:
+        log.setLevel(logging.WARNING)
+    return log
+
+
+def new_client(config: PulsarSinkConfig) -> pulsar.Client:
+    """A client with the sink's connection, TLS and token settings (driver side)."""
+    auth = None
+    if config.auth_token is not None:
+        auth = pulsar.AuthenticationToken(config.auth_token.get_secret_value())
+    return pulsar.Client(
+        config.service_url, authentication=auth,
+        operation_timeout_seconds=max(1, int(config.operation_timeout_s)),
+        connection_timeout_ms=int(config.connect_timeout_s * 1000),
+        tls_trust_certs_file_path=config.tls_trust_certs_file_path,
+        tls_allow_insecure_connection=config.tls_allow_insecure_connection,
+        tls_validate_hostname=config.tls_validate_hostname, logger=client_logger())
+
+
+def partition_of(key: bytes | None, partitions: int) -> int:
+    """The partition of a message: ``Murmur3_32(key) & 0x7fffffff % partitions`` (the Java client's
+    ``HashingScheme.Murmur3_32Hash``); a message without a key (a table without a primary key) goes
+    to partition 0, so such a table's changes keep one order."""
+    if key is None or partitions == 1:
+        return 0
+    return (mmh3.hash(key, 0, signed=True) & 0x7FFFFFFF) % partitions
+
+
+def partition_topics(topic: str, partitions: int) -> list[str]:
+    """The topics a producer writes: ``<topic>-partition-<i>``, or the topic itself when it is not
+    partitioned (``partitions`` 1 for an existing non-partitioned topic is passed as 0)."""
+    return [topic] if partitions == 0 else [f"{topic}-partition-{i}" for i in range(partitions)]
+
+
+@dataclass
+class Producers:
+    """A client and its producers, one per topic partition (driver side; replaced after a failure).
+
+    Args:
+        config: the sink's configuration.
+        name: every producer's name (``spark-cdc-<job id>``).
+    """
+
+    config: PulsarSinkConfig
+    name: str
+    client: pulsar.Client = field(init=False)
+    producers: dict[str, pulsar.Producer] = field(default_factory=dict, init=False)
+
+    def __post_init__(self) -> None:
+        self.client = new_client(self.config)
+        weakref.finalize(self, _close, self.client)  # an abandoned sink's client stops reconnecting
+
+    def get(self, topic: str) -> pulsar.Producer:
+        """The producer of one topic (partition), created on first use.
+
+        Raises:
+            pulsar.PulsarException: the broker refused or did not answer.
+        """
+        producer = self.producers.get(topic)
+        if producer is None:
+            producer = self.client.create_producer(
+                topic, producer_name=self.name, batching_enabled=False, block_if_queue_full=True,
+                access_mode=pulsar.ProducerAccessMode.ExclusiveWithFencing,
+                max_pending_messages=self.config.max_pending_messages,
+                send_timeout_millis=int(self.config.send_timeout_s * 1000),
+                compression_type=_COMPRESSION[self.config.compression])
+            self.producers[topic] = producer
+        return producer
+
+    def flush(self) -> None:
+        for producer in self.producers.values():
+            producer.flush()
+
+    def close(self) -> None:
+        """Close the client (its producers with it); never raises."""
+        _close(self.client)
+
+
+def _close(client: pulsar.Client) -> None:
+    try:
+        client.close()
+    except Exception:  # a client whose broker is gone may fail to close: it is dropped anyway
+        logging.getLogger(__name__).debug("closing the Pulsar client failed", exc_info=True)
+
+
+@dataclass(frozen=True)
+class Marker:
+    """What the control topic records of a job's newest committed batch.
+
+    Attributes:
+        batch: its id (-1: none).
+        schema_versions: per table, the newest schema version whose change event is published.
+    """
+
+    batch: int = -1
+    schema_versions: dict[str, int] = field(default_factory=dict)
+
+
+def marker_value(job_id: str, batch_id: int, messages: dict[str, int], schema_versions: dict[str, int]) -> bytes:
+    """The control message of a batch (key: the job id)."""
+    return json.dumps({"job": job_id, "batch": batch_id, "messages": messages,
+                       "schema_versions": schema_versions}, sort_keys=True).encode()
+
+
+def read_markers(client: pulsar.Client, topic: str, job_id: str, timeout_ms: int) -> Marker:
+    """The newest marker of ``job_id`` on the control topic (compacted view, then its tail).
+
+    Raises:
+        pulsar.PulsarException: the topic could not be read.
+    """
+    reader = client.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True,
+                                  reader_name=f"spark-cdc-control-{job_id}"[:100])
+    last = Marker()
+    try:
+        while reader.has_message_available():
+            msg = reader.read_next(timeout_ms)
+            if msg.partition_key() != job_id or not msg.data():
+                continue
+            doc: dict[str, Any] = json.loads(msg.data())
+            if int(doc["batch"]) > last.batch:
+                last = Marker(int(doc["batch"]), {t: int(v) for t, v in doc.get("schema_versions", {}).items()})
+    finally:
+        reader.close()
+    return last
+
+
+DeliveryCallback = Callable[[pulsar.Result, pulsar.MessageId], None]
