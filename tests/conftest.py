@@ -137,8 +137,9 @@ def spark() -> Iterator[Any]:
     finally:
         session.stop()
 
-# The servers of the other seams' implementations: tests/postgres_server.py, tests/kafka_broker.py.
-pytest_plugins = ["postgres_server", "kafka_broker"]
+# The servers of the other seams' implementations: tests/postgres_server.py, tests/kafka_broker.py,
+# tests/pulsar_broker.py.
+pytest_plugins = ["postgres_server", "kafka_broker", "pulsar_broker"]
 
 
 # Tests whose delta-spark variant is ``slow``: each delta-spark MERGE is several Spark jobs, and

@@ -379,28 +379,56 @@ def kafka_log(bootstrap: str, topic: str, schema: TableSchema) -> list[dict[str,
     with a plain read_committed consumer (tests/kafka_broker.py); a tombstone is ``op=None``."""
     from kafka_broker import read_topic
 
+    return _as_changes([(r.key, r.value, r.partition) for r in read_topic(bootstrap, topic)], schema)
+
+
+def pulsar_sink(p: Pipeline, broker: Any, prefix: str = "cdc") -> dict[str, Any]:
+    """A ``sink:`` entry writing the pipeline's tables to Pulsar (staging under its workdir)."""
+    return {"type": "pulsar", "service_url": broker.service_url, "admin_url": broker.admin_url,
+            "topic_prefix": prefix, "partitions": 3, "staging_path": str(p.workdir / "pulsar-staging")}
+
+
+def pulsar_log(service_url: str, topic: str, schema: TableSchema, partitions: int = 3) -> list[dict[str, Any]]:
+    """:func:`kafka_log` for a Pulsar topic, read by a plain Reader per partition (tests/pulsar_broker.py)."""
+    from pulsar_broker import read_topic
+
+    return _as_changes([(r.key, r.value, r.partition) for r in read_topic(service_url, topic, partitions)], schema)
+
+
+def _as_changes(records: list[tuple[bytes | None, bytes | None, int]], schema: TableSchema) -> list[dict[str, Any]]:
     from cdc.model.debezium.codec import decode_value
 
     out: list[dict[str, Any]] = []
-    for r in read_topic(bootstrap, topic):
-        record = decode_value(r.value, schema)
+    for key, value, partition in records:
+        record = decode_value(value, schema)
         if record is None:
-            out.append({"op": None, "key": r.key, "partition": r.partition})
+            out.append({"op": None, "key": key, "partition": partition})
             continue
         s = record.source
-        out.append({"op": record.op, "before": record.before, "after": record.after, "key": r.key,
-                    "partition": r.partition, "source": {"file": s.file, "pos": s.pos, "row": s.row}})
+        out.append({"op": record.op, "before": record.before, "after": record.after, "key": key,
+                    "partition": partition, "source": {"file": s.file, "pos": s.pos, "row": s.row}})
     return out
 
 
 def assert_kafka_exact(p: Pipeline, bootstrap: str, prefix: str, table: str, schema: TableSchema) -> None:
+    """:func:`assert_log_of_topic_exact` on a Kafka topic."""
+    topic = f"{prefix}.{p.database}.{table}"
+    assert_log_of_topic_exact(p, topic, kafka_log(bootstrap, topic, schema), table, schema)
+
+
+def assert_pulsar_exact(p: Pipeline, broker: Any, prefix: str, table: str, schema: TableSchema) -> None:
+    """:func:`assert_log_of_topic_exact` on a Pulsar topic."""
+    topic = f"persistent://public/default/{prefix}.{p.database}.{table}"
+    assert_log_of_topic_exact(p, topic, pulsar_log(broker.service_url, topic, schema), table, schema)
+
+
+def assert_log_of_topic_exact(p: Pipeline, topic: str, log: list[dict[str, Any]], table: str,
+                              schema: TableSchema) -> None:
     """The Delta checks, on a topic: the newest message per key equals the source table, one r
     message per snapshotted key, each binlog change exactly once iff after its chunk's HW, and
     each key's messages in binlog order."""
     from cdc.model.schema import TableId
 
-    topic = f"{prefix}.{p.database}.{table}"
-    log = kafka_log(bootstrap, topic, schema)
     key = tuple(schema.primary_key or schema.column_names)
     state: dict[Any, dict[str, Any]] = {}
     last_pos: dict[Any, tuple[str, int, int]] = {}

@@ -29,8 +29,10 @@ from pipeline import (
     assert_changelog_exact,
     assert_kafka_exact,
     assert_mirror_equals_source,
+    assert_pulsar_exact,
     files_of_last_batch,
     kafka_sink,
+    pulsar_sink,
     writing,
 )
 
@@ -359,19 +361,40 @@ def test_kafka_crash_and_restart_is_exact(point: str, after: int, kafka_pipeline
                                           mysql_server: Sandbox, kafka_broker: Any) -> None:
     prefix = f"eo{kafka_pipeline.database}"
     kafka_pipeline.sinks = [kafka_sink(kafka_pipeline, kafka_broker.bootstrap_servers, prefix)]
+    crash_and_restart(kafka_pipeline, point, after, admin, mysql_server)
+    check_kafka(kafka_pipeline, kafka_broker.bootstrap_servers, prefix)
+
+
+def crash_and_restart(p: Pipeline, point: str, after: int, admin: Any, mysql_server: Sandbox) -> None:
+    """Snapshot a table under a random writer, crash at ``point`` (after ``after`` passes), run
+    again until done; a crash after the sink's commit replays its batch without writing."""
     create_table(admin)
-    writer = RandomWriter(mysql_server, kafka_pipeline.database, "t", seed=hash(point) % 1000, pause_s=PACE_S)
-    kafka_pipeline.arm(point, after=after)
+    writer = RandomWriter(mysql_server, p.database, "t", seed=hash(point) % 1000, pause_s=PACE_S)
+    p.arm(point, after=after)
     with writing(writer):
         with pytest.raises((JobFailed, InjectedFault), match=f"injected fault at {point}"):
-            kafka_pipeline.run()
-        restarted = kafka_pipeline.run()
-    kafka_pipeline.run()
+            p.run()
+        restarted = p.run()
+    p.run()
     if point == "after_sink_commit":
         replayed = restarted[0]  # Spark replays the batch whose commit log it never wrote
         assert replayed.snapshot_rows + replayed.change_rows > 0, "the replayed batch had rows"
         assert not replayed.wrote, f"the replay wrote again: {replayed}"
-    check_kafka(kafka_pipeline, kafka_broker.bootstrap_servers, prefix)
+
+
+@pytest.mark.parametrize(("point", "after"), [
+    ("sink_commit", 0),        # part of the batch sent (its first table's messages), no marker
+    ("after_sink_commit", 1),  # Pulsar has the batch and its marker, Spark's commit log not written
+])
+def test_pulsar_crash_and_restart_is_exact(point: str, after: int, kafka_pipeline: Pipeline, admin: Any,
+                                           mysql_server: Sandbox, pulsar_broker: Any) -> None:
+    """The Kafka cases that the sink decides, into Pulsar: the replay adds exactly what the
+    brokers lack (deduplication by producer name and sequence id)."""
+    prefix = f"eo{kafka_pipeline.database}"
+    kafka_pipeline.sinks = [pulsar_sink(kafka_pipeline, pulsar_broker, prefix)]
+    crash_and_restart(kafka_pipeline, point, after, admin, mysql_server)
+    for table_id, schema in kafka_pipeline.schemas().items():
+        assert_pulsar_exact(kafka_pipeline, pulsar_broker, prefix, table_id.table, schema)
 
 
 def test_fan_out_to_delta_and_kafka_is_exact_in_each_across_a_crash_between_their_commits(

@@ -190,7 +190,7 @@ SINK_KINDS = {
     "delta-inline-mirror": _delta("inline"),
     "delta-spark": dataclasses.replace(_delta("async", "delta-spark"), examples=6),
     "kafka": dataclasses.replace(_kafka(), examples=10),  # each read-back polls the broker
-    "pulsar": dataclasses.replace(_pulsar(), examples=8),  # each open creates producers, reads the control topic
+    "pulsar": dataclasses.replace(_pulsar(), examples=5),  # each open creates producers, reads the control topic
 }
 
 
