@@ -1,0 +1,119 @@
+"""The Pulsar sink beyond the contract suite: its configuration, a broker without deduplication,
+a broker restarted in the middle of a batch, and the key routing.
+
+The sink contract (tests/test_sink_contract.py) and the exactly-once pipeline cases
+(tests/test_pipeline.py) run it too; these cases need the real broker of the session
+(tests/pulsar_broker.py) but no database and no Spark.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from change_batches import SINGLE_KEY, event, row
+from pulsar_broker import read_topic
+from test_sink_contract import stage
+
+from cdc.app.config import parse_config
+from cdc.app.sandbox.pulsar import PulsarSandbox
+from cdc.model.debezium.codec import decode_value
+from cdc.model.errors import ConfigError
+from sinks.pulsar.admin import DeduplicationOff, PulsarAdmin
+from sinks.pulsar.config import PulsarSinkConfig
+from sinks.pulsar.producers import partition_of
+from sinks.pulsar.sink import PulsarSink
+from sinks.stream.messages import NEW_KEY_HEADER, OLD_KEY_HEADER
+
+# org.apache.pulsar.client.impl.Murmur3Hash32.getInstance().makeHash(key) % 7 for the keys "a",
+# "key-1" and {"id":1}, printed by pulsar-client 4.2.4 (jars/pulsar) on this machine
+JAVA_MURMUR3_MOD_7 = [4, 6, 3]
+
+
+def _config(broker: PulsarSandbox, tmp: Path, **over: Any) -> PulsarSinkConfig:
+    return PulsarSinkConfig(service_url=broker.service_url, admin_url=broker.admin_url,
+                            topic_prefix=f"t{abs(hash(str(tmp))) % 10**8}", partitions=3,
+                            staging_path=str(tmp / "staging"), **over)
+
+
+# --- configuration (no server) ----------------------------------------------------------------
+
+
+def test_the_token_never_shows_and_bad_urls_name_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PULSAR_TOKEN", "s3cr3t-token")
+    source = {"type": "mysql", "hostname": "h", "username": "u", "tables": ["d.t"]}
+    raw = {"checkpoint": "/tmp/c", "source": source,
+           "sink": {"type": "pulsar", "service_url": "pulsar://h:6650", "admin_url": "http://h:8080",
+                    "auth_token": "${PULSAR_TOKEN}"}}
+    config = parse_config(raw)
+    sink = config.sink[0]
+    assert isinstance(sink, PulsarSinkConfig) and sink.auth_token is not None
+    assert sink.auth_token.get_secret_value() == "s3cr3t-token"
+    assert "s3cr3t" not in repr(sink) and "s3cr3t" not in str(config)
+    with pytest.raises(ConfigError, match=r"sink\.service_url.*pulsar://host:port"):
+        parse_config({**raw, "sink": {**raw["sink"], "service_url": "http://h:6650"}})
+
+
+def test_keys_route_as_the_java_clients_murmur3_hash() -> None:
+    """The Java client's ``HashingScheme.Murmur3_32Hash`` routing; no key: partition 0."""
+    assert partition_of(None, 3) == 0
+    assert partition_of(b"anything", 1) == 0
+    assert [partition_of(k, 7) for k in (b"a", b"key-1", b'{"id":1}')] == JAVA_MURMUR3_MOD_7
+
+
+# --- against the session's broker ---------------------------------------------------------------
+
+
+def test_a_namespace_without_deduplication_is_refused_with_the_fix(pulsar_broker: PulsarSandbox,
+                                                                   tmp_path: Path) -> None:
+    config = _config(pulsar_broker, tmp_path, namespace="nodedup")
+    admin = PulsarAdmin(config)
+    admin.check(admin.call("PUT", "/admin/v2/namespaces/public/nodedup"), "creating the namespace")
+    admin.check(admin.call("POST", "/admin/v2/namespaces/public/nodedup/deduplication", False), "turning dedup off")
+    sink = PulsarSink(config, "job-1")
+    with pytest.raises(DeduplicationOff, match=r"set-deduplication public/nodedup --enable"):
+        sink.open({SINGLE_KEY.table_id: SINGLE_KEY})
+
+
+def test_a_broker_restarted_mid_batch_leaves_each_message_once(pulsar_broker: PulsarSandbox,
+                                                               tmp_path: Path) -> None:
+    """The broker is killed while the batch's first table is being sent and comes back a few
+    seconds later: the client resends what it had in flight (the broker drops what it had
+    persisted), or the attempt fails and the next one sends what is missing. Each change once,
+    a primary-key update with its headers."""
+    s = SINGLE_KEY
+    config = _config(pulsar_broker, tmp_path, send_timeout_s=5, retry_backoff_s=2, commit_retries=6)
+    restarted = threading.Event()
+
+    class RestartBroker:
+        def reached(self, point: str) -> None:
+            if point == "sink_commit" and not restarted.is_set():
+                restarted.set()
+                pulsar_broker.restart()
+
+    sink = PulsarSink(config, "job-1", hooks=RestartBroker())
+    sink.open({s.table_id: s})
+    reads = [event("r", None, row(s, (i,), c_int=i), 1) for i in range(1, 301)]
+    sink.commit(0, [stage(sink, s, reads, tasks=1)])
+    moved = [event("d", row(s, (1,), c_int=1), None, 5), event("c", None, row(s, (1000,), c_int=1), 5)]
+    changes = [event("u", row(s, (i,), c_int=i), row(s, (i,), c_int=-i), 10 + i) for i in range(2, 200)]
+    sink.commit(1, [stage(sink, s, moved + changes, tasks=3)])
+    sink.close()
+    assert restarted.is_set()
+
+    records = read_topic(config.service_url, config.topic(s.table_id), 3)
+    decoded = [(r, decode_value(r.value, s, options=config.debezium_options())) for r in records]
+    ops = [(d.op, (d.after or d.before or {}).get("id")) for _, d in decoded if d is not None]
+    assert len(ops) == len(set(ops)) == 300 + 2 + 198, "each change once"
+    state: dict[Any, int] = {}
+    for r, d in decoded:
+        if d is None or d.op == "d":
+            state.pop(r.key, None)
+        else:
+            assert d.after is not None
+            state[r.key] = d.after["c_int"]
+    assert sorted(state.values()) == sorted([1, *(-i for i in range(2, 200)), *range(200, 301)])
+    headers = [r.properties for r, d in decoded if r.properties]
+    assert {next(iter(h)) for h in headers} == {NEW_KEY_HEADER, OLD_KEY_HEADER}
