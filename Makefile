@@ -64,6 +64,7 @@ bench: setup
 	$(PY) benchmarks/postgres_bench.py --scale 100
 	$(PY) benchmarks/peers.py --scale 100
 	$(PY) benchmarks/kafka_bench.py --scale 1
+	$(PY) benchmarks/pulsar_bench.py --scale 1
 
 # Every benchmark in its quick form (fewer phases, smaller tables): under 10 minutes on 2 cores. Results
 # land in benchmarks/results/*-quick.json; benchmarks/readme_tables.py renders the tables of README and docs/performance.md from them.
@@ -73,6 +74,7 @@ bench-quick: setup
 	$(PY) benchmarks/postgres_bench.py --scale 1 --quick
 	$(PY) benchmarks/peers.py --scale 10 --quick
 	$(PY) benchmarks/kafka_bench.py --scale 1 --quick
+	$(PY) benchmarks/pulsar_bench.py --scale 1 --quick
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .demo .bench *.egg-info

@@ -10,7 +10,7 @@ Commands:
   sql               a SQL query over the job's tables by name: ``--config job.yaml "SELECT ..."``
                     (or ``--catalog DIR``).
   demo              throwaway MariaDB with TPC-DS customer, the job, changes, a query on the lake.
-  sandbox           a throwaway server (``mysql``) on a free port until Ctrl-C, for trying it out.
+  sandbox           a throwaway server (``mysql``, ``postgres``, ``kafka``, ``pulsar``) on free ports until Ctrl-C.
   pipeline run      run a Spark Declarative Pipeline (``spark-pipeline.yml``) that reads a source
                     through ``cdc.app.pipelines``, with the project's jars and a kept catalog.
   follow-topic      keep Delta tables up to date from a job's Kafka topics (docs/kafka.md).
@@ -230,8 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="throwaway MariaDB + TPC-DS customer + local Spark: the job end to end")
     p.add_argument("--scale", type=float, default=0.1,
                    help="TPC-DS scale factor (0.1 = 10,000 customers, 1 = 100,000)")
-    p.add_argument("--sink", choices=("delta", "kafka"), default="delta",
-                   help="capture into Delta (default) or into a throwaway Kafka broker as Debezium JSON")
+    p.add_argument("--sink", choices=("delta", "kafka", "pulsar"), default="delta",
+                   help="capture into Delta (default), or into a throwaway Kafka or Pulsar broker as Debezium JSON")
     p.add_argument("--source", choices=("mysql", "postgres"), default="mysql",
                    help="capture from a throwaway MariaDB (default) or PostgreSQL")
     p.set_defaults(func=_cmd_demo)

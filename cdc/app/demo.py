@@ -4,9 +4,10 @@ Steps (each prints what it did):
 
 1. start a throwaway MariaDB (cdc/sandbox.py) and load TPC-DS ``customer`` (cdc/tpcds.py); with
    ``--source postgres`` a throwaway PostgreSQL instead (table ``tpcds.customer`` in database
-   ``tpcds``, loaded with COPY; configs/demo-postgres.yaml); with ``--sink kafka`` also a
-   throwaway Kafka broker (cdc/app/sandbox/kafka.py);
-2. run the job of ``configs/demo.yaml`` (``configs/demo-kafka.yaml``) with ``--once`` (snapshot,
+   ``tpcds``, loaded with COPY; configs/demo-postgres.yaml); with ``--sink kafka`` (``pulsar``)
+   also a throwaway Kafka (Pulsar) broker (cdc/app/sandbox/kafka.py, pulsar.py);
+2. run the job of ``configs/demo.yaml`` (``configs/demo-kafka.yaml``, ``configs/demo-pulsar.yaml``)
+   with ``--once`` (snapshot,
    then the binlog up to now);
 3. update, delete and insert a few customers;
 4. run the job with ``--once`` again (a restart: it resumes from the checkpoint);
@@ -43,10 +44,11 @@ from cdc.model.config import JobConfig
 from cdc.spark.session import environment
 from sinks.delta.config import DeltaSinkConfig
 from sinks.kafka.config import KafkaSinkConfig
+from sinks.pulsar.config import PulsarSinkConfig
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 DEMO_CONFIG = CONFIGS / "demo.yaml"
-DEMO_CONFIGS = {"delta": DEMO_CONFIG, "kafka": CONFIGS / "demo-kafka.yaml"}
+DEMO_CONFIGS = {"delta": DEMO_CONFIG, "kafka": CONFIGS / "demo-kafka.yaml", "pulsar": CONFIGS / "demo-pulsar.yaml"}
 SOURCE_CONFIGS = {"mysql": DEMO_CONFIG, "postgres": CONFIGS / "demo-postgres.yaml"}
 DATABASE = "tpcds"
 UPDATED = (1, 2, 3, 4, 5)
@@ -59,17 +61,28 @@ def _step(message: str) -> None:
 
 
 @contextlib.contextmanager
-def _kafka_broker(sink: str) -> Iterator[str]:
-    """A throwaway broker for ``--sink kafka`` (its bootstrap address), else nothing ("")."""
+def _stream_broker(sink: str) -> Iterator[dict[str, str]]:
+    """A throwaway broker for ``--sink kafka``/``pulsar`` (the variables its demo file names),
+    else nothing."""
+    if sink == "pulsar":
+        from cdc.app.sandbox.pulsar import start_pulsar_sandbox
+
+        _step("starting a throwaway Pulsar broker (standalone, temp folder, free ports, deduplication on)")
+        pulsar = start_pulsar_sandbox()
+        try:
+            yield {"PULSAR_SERVICE_URL": pulsar.service_url, "PULSAR_ADMIN_URL": pulsar.admin_url}
+        finally:
+            pulsar.stop()
+        return
     if sink != "kafka":
-        yield ""
+        yield {}
         return
     from cdc.app.sandbox.kafka import start_kafka_sandbox
 
     _step("starting a throwaway Kafka broker (KRaft, temp folder, free port)")
     broker = start_kafka_sandbox()
     try:
-        yield broker.bootstrap_servers
+        yield {"KAFKA_BOOTSTRAP": broker.bootstrap_servers}
     finally:
         broker.stop()
 
@@ -109,9 +122,9 @@ def demo_server(source: str) -> Iterator[DemoServer]:
 
 
 @contextlib.contextmanager
-def _demo_env(box: DemoServer, workdir: Path, kafka: str = "") -> Iterator[None]:
+def _demo_env(box: DemoServer, workdir: Path, broker: dict[str, str] | None = None) -> Iterator[None]:
     """The variables configs/demo*.yaml refer to, set for the duration of the demo."""
-    with environment({**box.env, "CDC_DEMO_DIR": str(workdir), "KAFKA_BOOTSTRAP": kafka}):
+    with environment({**box.env, "CDC_DEMO_DIR": str(workdir), **(broker or {})}):
         yield
 
 
@@ -219,13 +232,14 @@ def run_demo(scale: float = 0.1, workdir: Path | None = None, spark: Any | None 
         scale: TPC-DS scale factor (1 = 100,000 customers; 0.01 = 1,000).
         workdir: where the lake and checkpoint go (wiped first; default ``.demo``).
         spark: a Spark session to use (default: a local one, stopped at the end).
-        sink: ``delta`` (configs/demo.yaml) or ``kafka`` (configs/demo-kafka.yaml).
+        sink: ``delta`` (configs/demo.yaml), ``kafka`` (configs/demo-kafka.yaml) or ``pulsar``
+            (configs/demo-pulsar.yaml).
         source: ``mysql`` (MariaDB) or ``postgres`` (configs/demo-postgres.yaml's ``source:``).
     """
     started = time.monotonic()
     workdir = (workdir or Path(".demo")).resolve()
     shutil.rmtree(workdir, ignore_errors=True)
-    with demo_server(source) as box, _kafka_broker(sink) as kafka, _demo_env(box, workdir, kafka):
+    with demo_server(source) as box, _stream_broker(sink) as broker, _demo_env(box, workdir, broker):
         _step(f"{box.kind} on {box.cdc.host}:{box.cdc.port}; loading TPC-DS customer at scale {scale} "
               "with tpcgen-cli")
         rows = box.load(scale)
@@ -236,6 +250,8 @@ def run_demo(scale: float = 0.1, workdir: Path | None = None, spark: Any | None 
             _run_twice(box, session, config, origin)
             if sink == "kafka":
                 return _check_kafka(box, config, workdir, started)
+            if sink == "pulsar":
+                return _check_pulsar(box, config, workdir, started)
             return _check_lake(box, spark=session, config=config, workdir=workdir, started=started)
         finally:
             if spark is None:
@@ -300,6 +316,15 @@ def _check_kafka(box: DemoServer, config: JobConfig, workdir: Path, started: flo
     print(f"    {topic}: {len(messages)} messages ({', '.join(f'{k} {v}' for k, v in sorted(ops.items()))})")
     print(f"    {kafka.commits_topic()}: {len(markers)} batch markers (one per committed transaction)",
           flush=True)
+    if _report_problems(box, latest):
+        return 1
+    _step(f"the newest message of every key equals the source ({source_count(box)} rows), deletes end "
+          f"in tombstones; done in {time.monotonic() - started:.1f}s. Checkpoint: {workdir}")
+    return 0
+
+
+def _report_problems(box: DemoServer, latest: dict[int, Any]) -> bool:
+    """Check the newest message per key against the demo's changes; print what is wrong."""
     live = {sk: r for sk, r in latest.items() if r is not None and r.op != "d"}
     problems = [f"update of {sk} missing" for sk in UPDATED
                 if sk not in live or live[sk].after["c_email_address"].strip() != f"changed-{sk}@example.com"]
@@ -310,7 +335,37 @@ def _check_kafka(box: DemoServer, config: JobConfig, workdir: Path, started: flo
         problems.append(f"the topic's newest messages hold {len(live)} live keys, the source {expected} rows")
     if problems:
         _step("FAILED: " + "; ".join(problems))
+    return bool(problems)
+
+
+def _check_pulsar(box: DemoServer, config: JobConfig, workdir: Path, started: float) -> int:
+    """Read the topic back with a plain reader, print counts and a few messages, check each key."""
+    from cdc.app.sandbox.pulsar import read_messages
+    from cdc.model.debezium.codec import decode_key, decode_value
+    from cdc.model.schema import TableId
+
+    pulsar = next(s for s in config.sink if isinstance(s, PulsarSinkConfig))
+    topic = pulsar.topic(TableId(DATABASE, "customer"))
+    _step(f"reading {topic} back at {pulsar.service_url} with a plain reader (each partition from its start)")
+    ops: dict[str, int] = {}
+    latest: dict[int, Any] = {}
+    shown = set(UPDATED[:1] + DELETED[:1] + INSERTED[:1])
+    messages = read_messages(pulsar.service_url, topic, pulsar.partitions)
+    for partition, key_text, value in messages:
+        key = decode_key(key_text)
+        record = decode_value(value)
+        op = "tombstone" if record is None else record.op
+        ops[op] = ops.get(op, 0) + 1
+        sk = int((key or {})["c_customer_sk"])
+        latest[sk] = record
+        if sk in shown and record is not None:
+            email = (record.after or record.before or {}).get("c_email_address")
+            print(f"    partition {partition}: key {key} op {record.op}"
+                  + (f" c_email_address {email.strip()!r}" if email is not None else ""))
+    print(f"    {topic}: {len(messages)} messages ({', '.join(f'{k} {v}' for k, v in sorted(ops.items()))})",
+          flush=True)
+    if _report_problems(box, latest):
         return 1
-    _step(f"the newest message of every key equals the source ({expected} rows), deletes end in "
-          f"tombstones; done in {time.monotonic() - started:.1f}s. Checkpoint: {workdir}")
+    _step(f"the newest message of every key equals the source ({source_count(box)} rows), deletes end "
+          f"in tombstones; done in {time.monotonic() - started:.1f}s. Checkpoint: {workdir}")
     return 0

@@ -35,6 +35,17 @@ def _kafka() -> tuple[list[str], Callable[[], None]]:
     return lines, box.stop
 
 
+def _pulsar() -> tuple[list[str], Callable[[], None]]:
+    from cdc.app.sandbox.pulsar import start_pulsar_sandbox
+
+    box = start_pulsar_sandbox()
+    lines = [f"Apache Pulsar (standalone: broker + bookie, deduplication on) at {box.service_url}",
+             f"  admin API: {box.admin_url}",
+             f"  sink: {{type: pulsar, service_url: '{box.service_url}', admin_url: '{box.admin_url}'}}",
+             f"  logs: {box.log_file}"]
+    return lines, box.stop
+
+
 def _postgres() -> tuple[list[str], Callable[[], None]]:
     from cdc.app.sandbox.postgres import start_postgres
 
@@ -48,8 +59,8 @@ def _postgres() -> tuple[list[str], Callable[[], None]]:
     return lines, box.stop
 
 
-SANDBOXES: dict[str, Callable[[], tuple[list[str], Callable[[], None]]]] = {"mysql": _mysql, "kafka": _kafka,
-                                                                            "postgres": _postgres}
+SANDBOXES: dict[str, Callable[[], tuple[list[str], Callable[[], None]]]] = {
+    "mysql": _mysql, "kafka": _kafka, "postgres": _postgres, "pulsar": _pulsar}
 
 
 def run_sandbox(kind: str, stop: threading.Event | None = None) -> int:
