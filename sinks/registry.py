@@ -9,12 +9,19 @@ from cdc.model.errors import ConfigError
 from cdc.model.hooks import NO_HOOKS, Hooks
 from sinks.base import Sink
 from sinks.delta.sink import DeltaSink
+from sinks.follow import StreamFollower
+from sinks.kafka.follow import KafkaFollower
 from sinks.kafka.sink import KafkaSink
 
 SINKS: dict[str, type[Sink]] = {
     DeltaSink.name: DeltaSink,
     KafkaSink.name: KafkaSink,
 }
+
+FOLLOWERS: dict[str, type[StreamFollower]] = {
+    KafkaSink.name: KafkaFollower,
+}
+"""The stream-store sinks whose topics ``follow-topic`` reads back into Delta, by ``sink.type``."""
 
 
 def sink_configs() -> dict[str, type[SinkConfig]]:
