@@ -17,7 +17,7 @@ from cdc.app.runner import JobRunner, stop_on_signals
 from cdc.model.config import JobConfig
 from cdc.model.errors import ConfigError
 from sinks.follow import StreamFollower
-from sinks.registry import FOLLOWERS
+from sinks.registry import FOLLOWER_NAMES, follower_class
 from sinks.stream.config import StreamSinkConfig
 
 log = logging.getLogger(__name__)
@@ -30,9 +30,9 @@ def stream_sink(config: JobConfig, sink_type: str | None = None) -> StreamSinkCo
         ConfigError: the job has no such sink.
     """
     for sink in config.sink:
-        if isinstance(sink, StreamSinkConfig) and sink.type in FOLLOWERS and sink_type in (None, sink.type):
+        if isinstance(sink, StreamSinkConfig) and sink.type in FOLLOWER_NAMES and sink_type in (None, sink.type):
             return sink
-    kinds = " or ".join(f"`type: {k}`" for k in ([sink_type] if sink_type else sorted(FOLLOWERS)))
+    kinds = " or ".join(f"`type: {k}`" for k in ([sink_type] if sink_type else FOLLOWER_NAMES))
     raise ConfigError(f"sink: the job has no {kinds} sink: follow-topic reads the topics a "
                       f"stream-store sink writes; add one to `sink:`", key="sink")
 
@@ -66,7 +66,7 @@ def follow_topics(config: JobConfig, target: str, checkpoint: str | None = None,
     schemas = JobRunner(config).check()
     checkpoint = checkpoint or str(Path(target) / "_checkpoints" / "follow-topic")
     session = spark if spark is not None else follow_session(config.parallelism)
-    follower = FOLLOWERS[sink.type](session, sink, schemas, target, checkpoint, max_offsets_per_trigger)
+    follower = follower_class(sink.type)(session, sink, schemas, target, checkpoint, max_offsets_per_trigger)
     query = follower.start(once=once)
     log.info("following %d topic(s) of %s into %s (checkpoint %s)", len(follower.tables),
              follower.describe(), target, checkpoint)
