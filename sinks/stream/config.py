@@ -16,6 +16,7 @@ from pydantic import Field, field_validator
 
 from cdc.model.config import SinkConfig
 from cdc.model.debezium.connect import DebeziumOptions
+from cdc.model.schema import TableId
 
 _NAME_CHARS = re.compile(r"[^a-zA-Z0-9._-]")
 
@@ -73,6 +74,10 @@ class StreamSinkConfig(SinkConfig):
         """Where this job's executors stage messages (one folder per job and sink type)."""
         root = self.staging_path or os.path.join(tempfile.gettempdir(), f"spark-cdc-{self.type}-staging")
         return f"{root.rstrip('/')}/{safe_name(job_id)}"
+
+    @abstractmethod
+    def topic(self, table_id: TableId) -> str:
+        """The topic (stream) that carries ``table_id``'s changes."""
 
     @abstractmethod
     def max_message_bytes(self) -> int:
