@@ -100,7 +100,9 @@ def test_example_configs_validate(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MYSQL_PASSWORD", "from-env")
     for name, value in {"MYSQL_HOST": "127.0.0.1", "MYSQL_PORT": "3307", "CDC_DEMO_DIR": "/tmp/demo",
                         "KAFKA_BOOTSTRAP": "127.0.0.1:9092", "KAFKA_USER": "u", "KAFKA_PASSWORD": "p",
-                        "PG_HOST": "127.0.0.1", "PG_PORT": "5432", "PG_PASSWORD": "from-env"}.items():
+                        "PG_HOST": "127.0.0.1", "PG_PORT": "5432", "PG_PASSWORD": "from-env",
+                        "PULSAR_SERVICE_URL": "pulsar://127.0.0.1:6650",
+                        "PULSAR_ADMIN_URL": "http://127.0.0.1:8080"}.items():
         monkeypatch.setenv(name, value)  # configs/demo*.yaml: set by `python -m cdc demo`; kafka.yaml: by you
     for path in sorted(Path(__file__).parent.parent.joinpath("configs").glob("*.yaml")):
         load_config(path)
