@@ -3,24 +3,20 @@
 The broker is a :class:`cdc.app.sandbox.pulsar.PulsarSandbox` (standalone, jars/pulsar) started on
 first use and stopped when the session ends. :func:`read_topic` reads a topic the way any
 downstream consumer would (the native client's Reader from the earliest message, partition by
-partition), none of the sink's code.
+partition: :func:`cdc.app.sandbox.pulsar.read_messages`), none of the sink's code.
 """
 
 from __future__ import annotations
 
 import atexit
-import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import pulsar
 import pytest
 
-from cdc.app.sandbox.pulsar import PulsarSandbox, start_pulsar_sandbox
+from cdc.app.sandbox.pulsar import PulsarSandbox, read_messages, start_pulsar_sandbox
 
 _BROKER: list[PulsarSandbox] = []
-_QUIET = logging.getLogger("tests.pulsar.client")
-_QUIET.setLevel(logging.ERROR)
 
 
 def shared_pulsar() -> PulsarSandbox:
@@ -52,18 +48,5 @@ class Record:
 
 def read_topic(service_url: str, topic: str, partitions: int, timeout_ms: int = 30_000) -> list[Record]:
     """Every message of ``topic``: partitions in order, each from its first message to its end
-    (``partitions`` 0: a non-partitioned topic)."""
-    client = pulsar.Client(service_url, logger=_QUIET)
-    out: list[Record] = []
-    try:
-        names = [topic] if partitions == 0 else [f"{topic}-partition-{i}" for i in range(partitions)]
-        for i, name in enumerate(names):
-            reader = client.create_reader(name, pulsar.MessageId.earliest)
-            while reader.has_message_available():
-                msg = reader.read_next(timeout_ms)
-                key = msg.partition_key()
-                out.append(Record(i, key.encode() if key else None, msg.data() or None, dict(msg.properties())))
-            reader.close()
-    finally:
-        client.close()
-    return out
+    (``partitions`` 0: a non-partitioned topic), by a plain reader (the sandbox's)."""
+    return [Record(*m) for m in read_messages(service_url, topic, partitions, timeout_ms)]

@@ -351,7 +351,7 @@ def _check_pulsar(box: DemoServer, config: JobConfig, workdir: Path, started: fl
     latest: dict[int, Any] = {}
     shown = set(UPDATED[:1] + DELETED[:1] + INSERTED[:1])
     messages = read_messages(pulsar.service_url, topic, pulsar.partitions)
-    for partition, key_text, value in messages:
+    for partition, key_text, value, _ in messages:
         key = decode_key(key_text)
         record = decode_value(value)
         op = "tombstone" if record is None else record.op

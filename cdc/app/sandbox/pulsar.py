@@ -190,11 +190,11 @@ def start_pulsar_sandbox(**kwargs: object) -> PulsarSandbox:
         raise
 
 
-def read_messages(service_url: str, topic: str, partitions: int,
-                  timeout_ms: int = 30_000) -> list[tuple[int, bytes | None, bytes | None]]:
-    """Every message of ``topic`` as ``(partition, key, value)`` (an empty payload, a tombstone,
-    as None), read by a plain reader of each partition from its first message to its end (the
-    demo's read-back; ``partitions`` 0: a non-partitioned topic)."""
+def read_messages(service_url: str, topic: str, partitions: int, timeout_ms: int = 30_000
+                  ) -> list[tuple[int, bytes | None, bytes | None, dict[str, str]]]:
+    """Every message of ``topic`` as ``(partition, key, value, properties)`` (an empty payload, a
+    tombstone, as None), read by a plain reader of each partition from its first message to its
+    end (the demo's and the tests' read-back; ``partitions`` 0: a non-partitioned topic)."""
     import logging
 
     import pulsar
@@ -202,7 +202,7 @@ def read_messages(service_url: str, topic: str, partitions: int,
     quiet = logging.getLogger("cdc.app.sandbox.pulsar.client")
     quiet.setLevel(logging.ERROR)
     client = pulsar.Client(service_url, logger=quiet)
-    out: list[tuple[int, bytes | None, bytes | None]] = []
+    out: list[tuple[int, bytes | None, bytes | None, dict[str, str]]] = []
     try:
         names = [topic] if partitions == 0 else [f"{topic}-partition-{i}" for i in range(partitions)]
         for i, name in enumerate(names):
@@ -210,7 +210,7 @@ def read_messages(service_url: str, topic: str, partitions: int,
             while reader.has_message_available():
                 msg = reader.read_next(timeout_ms)
                 key = msg.partition_key()
-                out.append((i, key.encode() if key else None, msg.data() or None))
+                out.append((i, key.encode() if key else None, msg.data() or None, dict(msg.properties())))
             reader.close()
     finally:
         client.close()
