@@ -366,69 +366,122 @@ def writing(*writers: Writer) -> Iterator[None]:
         raise failures[0]
 
 
-# ---------------------------------------------------------------- the Kafka sink (issue 15)
+# ---------------------------------------------------------------- the stream stores (Kafka, Pulsar)
 
-def kafka_sink(p: Pipeline, bootstrap: str, prefix: str = "cdc") -> dict[str, Any]:
+class HasWorkdir(Protocol):
+    workdir: Path
+
+
+def kafka_sink(p: HasWorkdir, bootstrap: str, prefix: str = "cdc") -> dict[str, Any]:
     """A ``sink:`` entry writing the pipeline's tables to Kafka (staging under its workdir)."""
     return {"type": "kafka", "bootstrap_servers": bootstrap, "topic_prefix": prefix,
             "partitions": 3, "staging_path": str(p.workdir / "kafka-staging")}
 
 
-def kafka_log(bootstrap: str, topic: str, schema: TableSchema) -> list[dict[str, Any]]:
-    """Every change message of ``topic`` as changelog-like rows (op, before, after, source), read
-    with a plain read_committed consumer (tests/kafka_broker.py); a tombstone is ``op=None``."""
-    from kafka_broker import read_topic
-
-    return _as_changes([(r.key, r.value, r.partition) for r in read_topic(bootstrap, topic)], schema)
-
-
-def pulsar_sink(p: Pipeline, broker: Any, prefix: str = "cdc") -> dict[str, Any]:
+def pulsar_sink(p: HasWorkdir, broker: Any, prefix: str = "cdc") -> dict[str, Any]:
     """A ``sink:`` entry writing the pipeline's tables to Pulsar (staging under its workdir)."""
     return {"type": "pulsar", "service_url": broker.service_url, "admin_url": broker.admin_url,
             "topic_prefix": prefix, "partitions": 3, "staging_path": str(p.workdir / "pulsar-staging")}
 
 
-def pulsar_log(service_url: str, topic: str, schema: TableSchema, partitions: int = 3) -> list[dict[str, Any]]:
-    """:func:`kafka_log` for a Pulsar topic, read by a plain Reader per partition (tests/pulsar_broker.py)."""
-    from pulsar_broker import read_topic
-
-    return _as_changes([(r.key, r.value, r.partition) for r in read_topic(service_url, topic, partitions)], schema)
+STREAM_STORES = ("kafka", "pulsar")
 
 
-def _as_changes(records: list[tuple[bytes | None, bytes | None, int]], schema: TableSchema) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class TopicMessage:
+    """One message as a plain consumer of a stream store sees it (``value`` None: a tombstone);
+    Kafka's headers and Pulsar's properties alike as ``headers``."""
+
+    partition: int
+    key: bytes | None
+    value: bytes | None
+    headers: dict[str, bytes]
+
+
+@dataclass(frozen=True)
+class StreamStore:
+    """A stream store the exactly-once suites run against: the ``sink:`` entry of a pipeline and a
+    plain consumer of its topics (tests/kafka_broker.py, tests/pulsar_broker.py: none of the
+    sink's code). ``kind`` is ``kafka`` or ``pulsar``; ``broker`` the session's broker."""
+
+    kind: str
+    broker: Any
+
+    def sink(self, p: HasWorkdir, prefix: str) -> dict[str, Any]:
+        if self.kind == "kafka":
+            return kafka_sink(p, self.broker.bootstrap_servers, prefix)
+        return pulsar_sink(p, self.broker, prefix)
+
+    def topic(self, name: str) -> str:
+        """The store's name of a topic the sink calls ``name`` (``<prefix>.<db>.<table>``)."""
+        return name if self.kind == "kafka" else f"persistent://public/default/{name}"
+
+    def messages(self, name: str) -> list[TopicMessage]:
+        """Every message of topic ``name`` (the sink's 3 partitions), partitions in order, each in
+        its order."""
+        if self.kind == "kafka":
+            from kafka_broker import read_topic
+
+            return [TopicMessage(r.partition, r.key, r.value, dict(r.headers))
+                    for r in read_topic(self.broker.bootstrap_servers, self.topic(name))]
+        from pulsar_broker import read_topic as read_pulsar
+
+        return [TopicMessage(r.partition, r.key, r.value, {k: v.encode() for k, v in r.properties.items()})
+                for r in read_pulsar(self.broker.service_url, self.topic(name), 3)]
+
+    def log(self, name: str, schema: TableSchema) -> list[dict[str, Any]]:
+        """Every message of topic ``name`` as changelog-like rows (op, before, after, source); a
+        tombstone is ``op=None``."""
+        return _as_changes(self.messages(name), schema)
+
+    def assert_exact(self, p: Pipeline, prefix: str) -> None:
+        """:func:`assert_log_of_topic_exact` on the topic of each of the pipeline's tables."""
+        for table_id, schema in p.schemas().items():
+            name = f"{prefix}.{p.database}.{table_id.table}"
+            assert_log_of_topic_exact(p, name, self.log(name, schema), table_id.table, schema)
+
+
+def stream_store(request: Any) -> StreamStore:
+    """The store a test is parametrized with (``request.param``, indirect), on the session's broker."""
+    return StreamStore(request.param, request.getfixturevalue(f"{request.param}_broker"))
+
+
+def _as_changes(records: list[TopicMessage], schema: TableSchema) -> list[dict[str, Any]]:
     from cdc.model.debezium.codec import decode_value
 
     out: list[dict[str, Any]] = []
-    for key, value, partition in records:
-        record = decode_value(value, schema)
+    for m in records:
+        record = decode_value(m.value, schema)
         if record is None:
-            out.append({"op": None, "key": key, "partition": partition})
+            out.append({"op": None, "key": m.key, "partition": m.partition})
             continue
         s = record.source
-        out.append({"op": record.op, "before": record.before, "after": record.after, "key": key,
-                    "partition": partition, "source": {"file": s.file, "pos": s.pos, "row": s.row}})
+        out.append({"op": record.op, "before": record.before, "after": record.after, "key": m.key,
+                    "partition": m.partition, "source": {"file": s.file, "pos": s.pos, "row": s.row}})
     return out
 
 
-def assert_kafka_exact(p: Pipeline, bootstrap: str, prefix: str, table: str, schema: TableSchema) -> None:
-    """:func:`assert_log_of_topic_exact` on a Kafka topic."""
-    topic = f"{prefix}.{p.database}.{table}"
-    assert_log_of_topic_exact(p, topic, kafka_log(bootstrap, topic, schema), table, schema)
-
-
-def assert_pulsar_exact(p: Pipeline, broker: Any, prefix: str, table: str, schema: TableSchema) -> None:
-    """:func:`assert_log_of_topic_exact` on a Pulsar topic."""
-    topic = f"persistent://public/default/{prefix}.{p.database}.{table}"
-    assert_log_of_topic_exact(p, topic, pulsar_log(broker.service_url, topic, schema), table, schema)
+def assert_tombstones(topic: str, log: list[dict[str, Any]]) -> None:
+    """Each delete is followed, in its partition, by a tombstone of its key, and each tombstone
+    follows a delete (``tombstones_on_delete``, on by default); ``log`` in partition order."""
+    for i, r in enumerate(log):
+        following = log[i + 1] if i + 1 < len(log) else None
+        if r["op"] == "d":
+            assert following is not None and following["op"] is None, f"{topic}: a delete without its tombstone"
+            assert (following["key"], following["partition"]) == (r["key"], r["partition"]), (
+                f"{topic}: the tombstone after a delete of {r['key']!r} is another key's")
+        if r["op"] is None:
+            assert i > 0 and log[i - 1]["op"] == "d", f"{topic}: a tombstone of {r['key']!r} follows no delete"
 
 
 def assert_log_of_topic_exact(p: Pipeline, topic: str, log: list[dict[str, Any]], table: str,
                               schema: TableSchema) -> None:
     """The Delta checks, on a topic: the newest message per key equals the source table, one r
-    message per snapshotted key, each binlog change exactly once iff after its chunk's HW, and
-    each key's messages in binlog order."""
+    message per snapshotted key, each binlog change exactly once iff after its chunk's HW, each
+    key's messages in binlog order, and each delete followed by its tombstone."""
     from cdc.model.schema import TableId
 
+    assert_tombstones(topic, log)
     key = tuple(schema.primary_key or schema.column_names)
     state: dict[Any, dict[str, Any]] = {}
     last_pos: dict[Any, tuple[str, int, int]] = {}

@@ -1,9 +1,10 @@
-"""Postgres -> Kafka: the Debezium PostgreSQL connector's envelope, exactly once.
+"""Postgres -> the stream stores: the Debezium PostgreSQL connector's envelope, exactly once.
 
 The unit tests encode Postgres change rows with the Kafka sink's writer (no server). The pipeline
-test runs the real job from a real PostgreSQL into a real broker while a writer changes the rows
-being snapshotted, crashes it after Kafka committed a batch and before Spark's commit log, and
-reads the topic back with a plain ``isolation.level=read_committed`` consumer.
+test runs the real job from a real PostgreSQL into a real broker (Kafka, Pulsar) while a writer
+changes the rows being snapshotted, crashes it after the store committed a batch and before
+Spark's commit log, and reads the topic back with a plain consumer (Kafka's read_committed, a
+Pulsar reader). The DDL case runs into Kafka.
 """
 
 from __future__ import annotations
@@ -18,8 +19,19 @@ import orjson
 import pyarrow as pa
 import pytest
 from faults import InjectedFault
-from kafka_broker import Record, read_topic
-from pipeline import _identity, _normalize, _ReadOnlyHistory, kafka_sink, writing
+from kafka_broker import read_topic
+from pipeline import (
+    STREAM_STORES,
+    StreamStore,
+    TopicMessage,
+    _identity,
+    _normalize,
+    _ReadOnlyHistory,
+    assert_tombstones,
+    kafka_sink,
+    stream_store,
+    writing,
+)
 from pipeline_pg import PgPipeline, PgRandomWriter, assert_log_exact
 from postgres_server import pg_dialect
 from test_debezium_postgres import ANNE, CUSTOMERS, KEY_ONLY, change_row, col, pg_source
@@ -116,18 +128,18 @@ def pipeline(spark: Any, postgres_server: PostgresSandbox, pg_database: str, tmp
     p.cleanup()
 
 
-def _kafka_changes(records: list[Record], schema: TableSchema) -> list[dict[str, Any]]:
-    """The topic's messages as change dicts (op None: a tombstone), with their raw JSON."""
+def _topic_changes(records: list[TopicMessage], schema: TableSchema) -> list[dict[str, Any]]:
+    """A topic's messages as change dicts (op None: a tombstone), with their raw JSON."""
     out: list[dict[str, Any]] = []
     for r in records:
         record = decode_value(r.value, schema)
         if record is None:
-            out.append({"op": None, "key": r.key, "headers": r.headers})
+            out.append({"op": None, "key": r.key, "headers": r.headers, "partition": r.partition})
             continue
         source = orjson.loads(r.value or b"")["payload"]["source"]
         commit = json.loads(source["sequence"])[0]
-        out.append({"op": record.op, "after": record.after, "key": r.key, "headers": dict(r.headers),
-                    "source": source, "lsn": source["lsn"], "commit": None if commit is None else int(commit),
+        out.append({"op": record.op, "after": record.after, "key": r.key, "headers": r.headers,
+                    "partition": r.partition, "source": source, "lsn": source["lsn"], "commit": None if commit is None else int(commit),
                     "schema_name": orjson.loads(r.value or b"")["schema"]["name"]})
     return out
 
@@ -161,13 +173,21 @@ def _assert_key_update_headers(log: list[dict[str, Any]]) -> int:
     return len(pairs)
 
 
+@pytest.fixture
+def store(request: pytest.FixtureRequest) -> StreamStore:
+    """The stream store a test is parametrized with (``kafka``, ``pulsar``), on the session's broker."""
+    return stream_store(request)
+
+
 @pytest.mark.slow  # three runs of the job (about 1 minute on 2 busy cores)
-def test_postgres_to_kafka_is_exact_across_a_crash_after_the_kafka_commit(
-        pipeline: PgPipeline, postgres_server: PostgresSandbox, kafka_broker: KafkaSandbox) -> None:
+@pytest.mark.parametrize("store", STREAM_STORES, indirect=True)
+def test_postgres_to_a_stream_store_is_exact_across_a_crash_after_its_commit(
+        pipeline: PgPipeline, postgres_server: PostgresSandbox, store: StreamStore) -> None:
     """Chunks of 100, 4 per batch: batch 0 stages the snapshot, batch 1 emits it with the
-    writer's changes and dies after Kafka committed it; the restart replays it without writing."""
+    writer's changes and dies after the store committed it; the restart replays it without
+    writing. A plain consumer sees each change once, in key order, each delete with its tombstone."""
     prefix = f"pg{pipeline.database}"
-    pipeline.sinks = [kafka_sink(pipeline, kafka_broker.bootstrap_servers, prefix)]  # type: ignore[arg-type]
+    pipeline.sinks = [store.sink(pipeline, prefix)]
     with contextlib.closing(pipeline.admin()) as admin:
         admin.execute("CREATE TABLE t (id int PRIMARY KEY, v text, n int)")
         admin.execute("INSERT INTO t SELECT i * 2, 'v' || i, i FROM generate_series(0, 399) AS i")
@@ -183,8 +203,10 @@ def test_postgres_to_kafka_is_exact_across_a_crash_after_the_kafka_commit(
 
     schema = pipeline.schemas()[TableId(pipeline.schema, "t")]
     assert schema.database == pipeline.database
-    log = _kafka_changes(read_topic(kafka_broker.bootstrap_servers, f"{prefix}.{pipeline.schema}.t"), schema)
+    topic = f"{prefix}.{pipeline.schema}.t"
+    log = _topic_changes(store.messages(topic), schema)
     _assert_envelopes(pipeline, log)
+    assert_tombstones(topic, log)
     state: dict[Any, dict[str, Any]] = {}  # the newest message per key; a delete or tombstone removes it
     last: dict[Any, tuple[int, int]] = {}
     for m in log:
@@ -250,7 +272,7 @@ def test_postgres_ddl_reaches_kafka_once_with_each_changes_schema_across_a_crash
     p = pipeline
     prefix = f"pgddl{p.database}"
     bootstrap = kafka_broker.bootstrap_servers
-    p.sinks = [kafka_sink(p, bootstrap, prefix)]  # type: ignore[arg-type]
+    p.sinks = [kafka_sink(p, bootstrap, prefix)]
     with contextlib.closing(p.admin()) as admin:
         admin.execute("CREATE TABLE t (id int PRIMARY KEY, v text, n int)")
         admin.execute("INSERT INTO t SELECT i, 'v' || i, i FROM generate_series(0, 19) AS i")

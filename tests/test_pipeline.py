@@ -24,15 +24,14 @@ import pytest
 from faults import InjectedFault
 from pipeline import (
     PACE_S,
+    STREAM_STORES,
     Pipeline,
     RandomWriter,
+    StreamStore,
     assert_changelog_exact,
-    assert_kafka_exact,
     assert_mirror_equals_source,
-    assert_pulsar_exact,
     files_of_last_batch,
-    kafka_sink,
-    pulsar_sink,
+    stream_store,
     writing,
 )
 
@@ -318,51 +317,62 @@ def test_fan_out_to_two_sinks_is_exact_in_each_across_a_crash_between_their_comm
         check_all(pipeline)
 
 
-# ---------------------------------------------------------------- the same guarantees into Kafka
+# ------------------------------------------------- the same guarantees into the stream stores
+
+STORES = pytest.mark.parametrize("store", STREAM_STORES, indirect=True)
+
 
 @pytest.fixture
-def kafka_pipeline(spark: Any, mysql_server: Sandbox, database: str, tmp_path: Path) -> Iterator[Pipeline]:
-    """A pipeline whose sinks the test sets (Kafka, or Delta with the job's default engine and
-    Kafka): one run, not one per Delta engine."""
+def store(request: pytest.FixtureRequest) -> StreamStore:
+    """The stream store a test is parametrized with (``kafka``, ``pulsar``), on the session's broker."""
+    return stream_store(request)
+
+
+@pytest.fixture
+def stream_pipeline(spark: Any, mysql_server: Sandbox, database: str, tmp_path: Path) -> Iterator[Pipeline]:
+    """A pipeline whose sinks the test sets (a stream store, or Delta with the job's default
+    engine and a stream store): one run, not one per Delta engine."""
     p = Pipeline(spark, mysql_server, database, tmp_path)
     yield p
     p.cleanup()
 
 
-def check_kafka(p: Pipeline, bootstrap: str, prefix: str) -> None:
-    for table_id, schema in p.schemas().items():
-        assert_kafka_exact(p, bootstrap, prefix, table_id.table, schema)
-
-
-def test_kafka_snapshot_with_concurrent_writers_is_exact(kafka_pipeline: Pipeline, admin: Any, mysql_server: Sandbox,
-                                                         kafka_broker: Any) -> None:
-    prefix = f"eo{kafka_pipeline.database}"
-    kafka_pipeline.sinks = [kafka_sink(kafka_pipeline, kafka_broker.bootstrap_servers, prefix)]
+# Kafka only: Pulsar's crash cases below snapshot the same table under the same writer
+@pytest.mark.parametrize("store", ["kafka"], indirect=True)
+def test_stream_store_snapshot_with_concurrent_writers_is_exact(store: StreamStore, stream_pipeline: Pipeline,
+                                                                admin: Any, mysql_server: Sandbox) -> None:
+    prefix = f"eo{stream_pipeline.database}"
+    stream_pipeline.sinks = [store.sink(stream_pipeline, prefix)]
     create_table(admin)
-    writer = RandomWriter(mysql_server, kafka_pipeline.database, "t", seed=11, pause_s=PACE_S)
+    writer = RandomWriter(mysql_server, stream_pipeline.database, "t", seed=11, pause_s=PACE_S)
     with writing(writer):
-        first = kafka_pipeline.run()
-    second = kafka_pipeline.run()
+        first = stream_pipeline.run()
+    second = stream_pipeline.run()
     assert writer.statements > 50 and len(first) >= 4 and second
-    check_kafka(kafka_pipeline, kafka_broker.bootstrap_servers, prefix)
-    staged = [p for p in (kafka_pipeline.workdir / "kafka-staging").rglob("*") if p.is_file()]
+    store.assert_exact(stream_pipeline, prefix)
+    staged = [p for p in (stream_pipeline.workdir / f"{store.kind}-staging").rglob("*") if p.is_file()]
     assert not staged, f"staged messages of committed batches were left behind: {staged[:3]}"
 
 
-@pytest.mark.parametrize(("point", "after"), [
+@pytest.mark.parametrize(("store", "point", "after"), [
     # A staging task or the plan dying is decided before any sink (test_crash_and_restart_is_exact);
-    # an emit task dies after the Kafka writer staged some messages.
-    ("emit", 1),               # an emit task dies
-    ("stream", 0),             # the binlog phase dies
-    ("sink_commit", 2),        # inside the Kafka transaction: produced, not committed
-    ("after_sink_commit", 1),  # Kafka committed, Spark's commit log not written
-])
-def test_kafka_crash_and_restart_is_exact(point: str, after: int, kafka_pipeline: Pipeline, admin: Any,
-                                          mysql_server: Sandbox, kafka_broker: Any) -> None:
-    prefix = f"eo{kafka_pipeline.database}"
-    kafka_pipeline.sinks = [kafka_sink(kafka_pipeline, kafka_broker.bootstrap_servers, prefix)]
-    crash_and_restart(kafka_pipeline, point, after, admin, mysql_server)
-    check_kafka(kafka_pipeline, kafka_broker.bootstrap_servers, prefix)
+    # an emit task dies after the stream store's writer staged some messages.
+    ("kafka", "emit", 1),               # an emit task dies
+    ("kafka", "stream", 0),             # the binlog phase dies
+    ("kafka", "sink_commit", 2),        # inside the Kafka transaction: produced, not committed
+    ("kafka", "after_sink_commit", 1),  # Kafka committed, Spark's commit log not written
+    # Pulsar: the cases its sink decides (the replay adds exactly what the brokers lack: deduplication
+    # by producer name and sequence id)
+    ("pulsar", "sink_commit", 0),        # part of the batch sent (its first table's messages), no marker
+    ("pulsar", "after_sink_commit", 1),  # Pulsar has the batch and its marker, Spark's commit log not written
+], indirect=["store"])
+def test_stream_store_crash_and_restart_is_exact(store: StreamStore, point: str, after: int,
+                                                 stream_pipeline: Pipeline, admin: Any,
+                                                 mysql_server: Sandbox) -> None:
+    prefix = f"eo{stream_pipeline.database}"
+    stream_pipeline.sinks = [store.sink(stream_pipeline, prefix)]
+    crash_and_restart(stream_pipeline, point, after, admin, mysql_server)
+    store.assert_exact(stream_pipeline, prefix)
 
 
 def crash_and_restart(p: Pipeline, point: str, after: int, admin: Any, mysql_server: Sandbox) -> None:
@@ -382,56 +392,46 @@ def crash_and_restart(p: Pipeline, point: str, after: int, admin: Any, mysql_ser
         assert not replayed.wrote, f"the replay wrote again: {replayed}"
 
 
-@pytest.mark.parametrize(("point", "after"), [
-    ("sink_commit", 0),        # part of the batch sent (its first table's messages), no marker
-    ("after_sink_commit", 1),  # Pulsar has the batch and its marker, Spark's commit log not written
-])
-def test_pulsar_crash_and_restart_is_exact(point: str, after: int, kafka_pipeline: Pipeline, admin: Any,
-                                           mysql_server: Sandbox, pulsar_broker: Any) -> None:
-    """The Kafka cases that the sink decides, into Pulsar: the replay adds exactly what the
-    brokers lack (deduplication by producer name and sequence id)."""
-    prefix = f"eo{kafka_pipeline.database}"
-    kafka_pipeline.sinks = [pulsar_sink(kafka_pipeline, pulsar_broker, prefix)]
-    crash_and_restart(kafka_pipeline, point, after, admin, mysql_server)
-    for table_id, schema in kafka_pipeline.schemas().items():
-        assert_pulsar_exact(kafka_pipeline, pulsar_broker, prefix, table_id.table, schema)
-
-
-def test_fan_out_to_delta_and_kafka_is_exact_in_each_across_a_crash_between_their_commits(
-    kafka_pipeline: Pipeline, admin: Any, mysql_server: Sandbox, kafka_broker: Any,
+@STORES
+def test_fan_out_to_delta_and_a_stream_store_is_exact_in_each_across_a_crash_between_their_commits(
+    store: StreamStore, stream_pipeline: Pipeline, admin: Any, mysql_server: Sandbox,
 ) -> None:
-    prefix = f"eo{kafka_pipeline.database}"
+    """Delta commits a batch, the driver dies before the stream store does: the replay completes
+    the stream store's share and changes nothing in Delta."""
+    prefix = f"eo{stream_pipeline.database}"
     create_table(admin)
-    # delta-rs: this test is about Kafka next to Delta; the Delta engines have their own fan-out test
-    kafka_pipeline.sinks = [{"type": "delta", "path": str(kafka_pipeline.lake), "engine": "delta-rs"},
-                            kafka_sink(kafka_pipeline, kafka_broker.bootstrap_servers, prefix)]
-    writer = RandomWriter(mysql_server, kafka_pipeline.database, "t", seed=29, pause_s=PACE_S)
-    kafka_pipeline.arm("between_sinks", after=2)
+    # delta-rs: this test is about a stream store next to Delta; the Delta engines have their own fan-out test
+    stream_pipeline.sinks = [{"type": "delta", "path": str(stream_pipeline.lake), "engine": "delta-rs"},
+                             store.sink(stream_pipeline, prefix)]
+    writer = RandomWriter(mysql_server, stream_pipeline.database, "t", seed=29, pause_s=PACE_S)
+    stream_pipeline.arm("between_sinks", after=2)
     with writing(writer):
         with pytest.raises((JobFailed, InjectedFault), match="injected fault at between_sinks"):
-            kafka_pipeline.run()
-        restarted = kafka_pipeline.run()
-    kafka_pipeline.run()
+            stream_pipeline.run()
+        restarted = stream_pipeline.run()
+    stream_pipeline.run()
     first, second = restarted[0].committed
     assert not any(c.snapshot or c.changes for c in first), "Delta already held the batch"
-    assert any(c.snapshot or c.changes for c in second), "Kafka got it on replay"
-    check_all(kafka_pipeline)
-    check_kafka(kafka_pipeline, kafka_broker.bootstrap_servers, prefix)
+    assert any(c.snapshot or c.changes for c in second), f"{store.kind} got it on replay"
+    check_all(stream_pipeline)
+    store.assert_exact(stream_pipeline, prefix)
 
 
 @pytest.mark.slow
-def test_kafka_driver_killed_at_random_moments_is_exact(kafka_pipeline: Pipeline, admin: Any, mysql_server: Sandbox,
-                                                        kafka_broker: Any) -> None:
-    """SIGKILL the driver (and with it the open Kafka transaction) several times while writers
-    run; the restarted job fences the dead producer and each change lands once."""
-    prefix = f"eo{kafka_pipeline.database}"
-    kafka_pipeline.sinks = [kafka_sink(kafka_pipeline, kafka_broker.bootstrap_servers, prefix)]
+@STORES
+def test_stream_store_driver_killed_at_random_moments_is_exact(store: StreamStore, stream_pipeline: Pipeline,
+                                                               admin: Any, mysql_server: Sandbox) -> None:
+    """SIGKILL the driver several times while writers run, wherever it is: planning, tasks, a
+    Kafka transaction open, a Pulsar batch partly sent. The restarted job fences the dead
+    producers, and each change lands once."""
+    prefix = f"eo{stream_pipeline.database}"
+    stream_pipeline.sinks = [store.sink(stream_pipeline, prefix)]
     create_table(admin, rows=2000)
-    spec = json.dumps(kafka_pipeline.raw_config())
+    spec = json.dumps(stream_pipeline.raw_config())
     with contextlib.closing(mysql_server.admin.connect()) as conn:
-        kafka_pipeline.started_at = current_offset(conn)
+        stream_pipeline.started_at = current_offset(conn)
     rng = random.Random(13)
-    writer = RandomWriter(mysql_server, kafka_pipeline.database, "t", seed=8, pause_s=PACE_S)
+    writer = RandomWriter(mysql_server, stream_pipeline.database, "t", seed=8, pause_s=PACE_S)
     with writing(writer):
         for _ in range(3):
             driver = subprocess.Popen([sys.executable, str(Path(__file__).parent / "driver_process.py"), spec],
@@ -439,8 +439,8 @@ def test_kafka_driver_killed_at_random_moments_is_exact(kafka_pipeline: Pipeline
                                       start_new_session=True)
             assert driver.stdout is not None
             wait_for_batches(driver, rng.randint(1, 4))
-            time.sleep(rng.uniform(0, 1.5))  # land anywhere in a batch, the Kafka commit included
+            time.sleep(rng.uniform(0, 1.5))  # land anywhere in a batch, the store's commit included
             os.killpg(driver.pid, signal.SIGKILL)
             driver.wait(timeout=30)
-    kafka_pipeline.run()
-    check_kafka(kafka_pipeline, kafka_broker.bootstrap_servers, prefix)
+    stream_pipeline.run()
+    store.assert_exact(stream_pipeline, prefix)
