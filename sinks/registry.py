@@ -28,6 +28,7 @@ _SINKS: dict[str, tuple[str, str]] = {
 # sink.type -> the reader that `follow-topic` keeps Delta tables with (stream-store sinks)
 _FOLLOWERS: dict[str, str] = {
     "kafka": "sinks.kafka.follow:KafkaFollower",
+    "pulsar": "sinks.pulsar.follow:PulsarFollower",
 }
 
 SINK_NAMES: tuple[str, ...] = tuple(sorted(_SINKS))

@@ -374,14 +374,18 @@ class HasWorkdir(Protocol):
 
 def kafka_sink(p: HasWorkdir, bootstrap: str, prefix: str = "cdc") -> dict[str, Any]:
     """A ``sink:`` entry writing the pipeline's tables to Kafka (staging under its workdir)."""
+    return kafka_entry(p.workdir, bootstrap, prefix)
+
+
+def kafka_entry(workdir: Path, bootstrap: str, prefix: str) -> dict[str, Any]:
     return {"type": "kafka", "bootstrap_servers": bootstrap, "topic_prefix": prefix,
-            "partitions": 3, "staging_path": str(p.workdir / "kafka-staging")}
+            "partitions": 3, "staging_path": str(workdir / "kafka-staging")}
 
 
-def pulsar_sink(p: HasWorkdir, broker: Any, prefix: str = "cdc") -> dict[str, Any]:
-    """A ``sink:`` entry writing the pipeline's tables to Pulsar (staging under its workdir)."""
+def pulsar_entry(workdir: Path, broker: Any, prefix: str) -> dict[str, Any]:
+    """A ``sink:`` entry writing to Pulsar (staging under ``workdir``)."""
     return {"type": "pulsar", "service_url": broker.service_url, "admin_url": broker.admin_url,
-            "topic_prefix": prefix, "partitions": 3, "staging_path": str(p.workdir / "pulsar-staging")}
+            "topic_prefix": prefix, "partitions": 3, "staging_path": str(workdir / "pulsar-staging")}
 
 
 STREAM_STORES = ("kafka", "pulsar")
@@ -407,10 +411,11 @@ class StreamStore:
     kind: str
     broker: Any
 
-    def sink(self, p: HasWorkdir, prefix: str) -> dict[str, Any]:
+    def sink(self, workdir: Path, prefix: str) -> dict[str, Any]:
+        """The ``sink:`` entry of topics ``<prefix>.<db>.<table>`` (3 partitions), staging under ``workdir``."""
         if self.kind == "kafka":
-            return kafka_sink(p, self.broker.bootstrap_servers, prefix)
-        return pulsar_sink(p, self.broker, prefix)
+            return kafka_entry(workdir, self.broker.bootstrap_servers, prefix)
+        return pulsar_entry(workdir, self.broker, prefix)
 
     def topic(self, name: str) -> str:
         """The store's name of a topic the sink calls ``name`` (``<prefix>.<db>.<table>``)."""

@@ -1,9 +1,12 @@
-"""Topic -> Delta follower (sinks/follow.py with sinks/kafka/follow.py, ``python -m cdc follow-topic``) against real servers.
+"""Topic -> Delta follower (sinks/follow.py, ``python -m cdc follow-topic``) against real servers,
+for each stream store: Kafka (sinks/kafka/follow.py, Spark's Kafka source, read_committed) and
+Pulsar (sinks/pulsar/follow.py, the project's Python data source over Pulsar Readers).
 
-The real job captures a MariaDB table into the real broker (``type: kafka``); the follower reads
-the topic with Spark's Kafka source (read_committed) and MERGEs it into Delta. After the snapshot,
-and again after inserts, updates, deletes and primary-key updates, the Delta table equals the
-source, with and without ``schemas_enable``. A replayed micro-batch changes nothing.
+The real job captures a MariaDB table into the real broker; the follower reads the topic and
+MERGEs it into Delta. After the snapshot, and again after inserts, updates, deletes and
+primary-key updates, the Delta table equals the source (Kafka with and without
+``schemas_enable``). A micro-batch that Spark replays (Delta committed it, Spark's commit log
+lacks it) reads the same messages and changes nothing.
 """
 
 from __future__ import annotations
@@ -14,15 +17,17 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import deltalake
 import pytest
 import yaml
+from pipeline import StreamStore, stream_store
 
 from binlog.mysql.types import mysql_column, mysql_table
+from cdc.app.checkpoint import CheckpointFiles
 from cdc.app.cli import main
 from cdc.app.config import parse_config
 from cdc.app.follow import follow_topics, stream_sink
 from cdc.app.runner import JobRunner
-from cdc.app.sandbox.kafka import KafkaSandbox
 from cdc.app.sandbox.mysql import Sandbox
 from cdc.model.config import JobConfig
 from cdc.model.errors import ConfigError
@@ -33,18 +38,20 @@ from sinks.follow import followed_tables
 COLUMNS = ("id", "name", "amount", "created", "t")
 
 
-def job(box: Sandbox, database: str, broker: KafkaSandbox, workdir: Path, schemas_enable: bool,
+@pytest.fixture
+def store(request: pytest.FixtureRequest) -> StreamStore:
+    """The stream store a test is parametrized with (``kafka``, ``pulsar``), on the session's broker."""
+    return stream_store(request)
+
+
+def job(box: Sandbox, database: str, store: StreamStore, workdir: Path, schemas_enable: bool = True,
         **sink: Any) -> JobConfig:
     raw = {
         "source": {"hostname": box.cdc.host, "port": box.cdc.port, "username": box.cdc.user,
                    "password": box.cdc.password, "tables": [f"{database}\\..*"], "chunk_size": 50,
                    "server_id": "5420-5423"},
-        "sink": {"type": "kafka", "bootstrap_servers": broker.bootstrap_servers,
-                 "topic_prefix": f"f{database}", "partitions": 2, "schemas_enable": schemas_enable,
-                 "staging_path": str(workdir / "staging")},
+        "sink": sink or {**store.sink(workdir, f"f{database}"), "schemas_enable": schemas_enable},
         "checkpoint": str(workdir / "checkpoint"), "parallelism": 2}
-    if sink:
-        raw["sink"] = sink
     return parse_config(raw, warn_plain_password=False)
 
 
@@ -62,9 +69,10 @@ def delta_rows(target: Path, database: str) -> list[tuple[Any, ...]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("schemas_enable", [True, False])
-def test_follower_keeps_delta_equal_to_the_source(schemas_enable: bool, spark: Any, mysql_server: Sandbox,
-                                                  database: str, admin: Any, kafka_broker: KafkaSandbox,
+@pytest.mark.parametrize(("store", "schemas_enable"), [("kafka", True), ("kafka", False), ("pulsar", True)],
+                         indirect=["store"])
+def test_follower_keeps_delta_equal_to_the_source(store: StreamStore, schemas_enable: bool, spark: Any,
+                                                  mysql_server: Sandbox, database: str, admin: Any,
                                                   tmp_path: Path) -> None:
     with admin.cursor() as cur:
         cur.execute("CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(40), amount DECIMAL(10,2), "
@@ -72,10 +80,10 @@ def test_follower_keeps_delta_equal_to_the_source(schemas_enable: bool, spark: A
         cur.executemany("INSERT INTO items VALUES (%s, %s, %s, %s, %s)",
                         [(i, f"n{i}", Decimal(i) / 4, dt.datetime(2024, 1, 1, 0, 0, i % 60, 1000 * i),
                           f"-0{i % 9}:00:0{i % 10}") for i in range(1, 121)])
-    config = job(mysql_server, database, kafka_broker, tmp_path, schemas_enable)
+    config = job(mysql_server, database, store, tmp_path, schemas_enable)
     target = tmp_path / "delta"
     JobRunner(config, spark).run(once=True)
-    follower = follow_topics(config, str(target), once=True, spark=spark)
+    follow_topics(config, str(target), once=True, spark=spark)
     assert delta_rows(target, database) == source_rows(mysql_server, database)
 
     with admin.cursor() as cur:
@@ -92,24 +100,30 @@ def test_follower_keeps_delta_equal_to_the_source(schemas_enable: bool, spark: A
     assert delta_rows(target, database) == expected
     assert {5, 1005, 500} <= {r[0] for r in expected} and 6 not in {r[0] for r in expected}
 
-    # Spark replays a batch that Delta holds but Spark's commit log lacks: nothing changes.
-    before = read_table(str(target / database / "items")).num_rows
-    again = follower.spark.read.format("kafka").option(
-        "kafka.bootstrap.servers", kafka_broker.bootstrap_servers).option(
-        "subscribe", follower.tables[0].topic).option("kafka.isolation.level", "read_committed").load()
-    follower.apply_batch(again.select("topic", "offset", "value"), 0)  # batch 0 is recorded
-    assert read_table(str(target / database / "items")).num_rows == before
+    # Delta holds the last micro-batch, Spark's commit log loses it: Spark replays it (the same
+    # offsets, so the same messages), and the MERGE finds its app transaction and changes nothing.
+    checkpoint = CheckpointFiles(str(target / "_checkpoints" / "follow-topic"))
+    last = checkpoint.last("commits")
+    assert last is not None and last > 0
+    for name in (str(last), f".{last}.crc"):
+        (Path(checkpoint.root) / "commits" / name).unlink(missing_ok=True)
+    version = deltalake.DeltaTable(str(target / database / "items")).version()
+    follow_topics(config, str(target), once=True, spark=spark)
+    assert checkpoint.last("commits") == last, "the lost batch was replayed"
+    assert deltalake.DeltaTable(str(target / database / "items")).version() == version
+    assert delta_rows(target, database) == expected
 
 
-def test_follower_refuses_a_job_without_kafka_and_a_keyless_table(mysql_server: Sandbox, database: str,
-                                                                  kafka_broker: KafkaSandbox,
-                                                                  tmp_path: Path) -> None:
-    config = job(mysql_server, database, kafka_broker, tmp_path, True)
-    delta_only = job(mysql_server, database, kafka_broker, tmp_path, True, type="delta",
-                     path=str(tmp_path / "lake"))
-    with pytest.raises(ConfigError, match="no `type: kafka` sink"):
+@pytest.mark.parametrize("store", ["kafka"], indirect=True)
+def test_follower_refuses_a_job_without_a_stream_store_and_a_keyless_table(
+        store: StreamStore, mysql_server: Sandbox, database: str, tmp_path: Path) -> None:
+    config = job(mysql_server, database, store, tmp_path)
+    delta_only = job(mysql_server, database, store, tmp_path, type="delta", path=str(tmp_path / "lake"))
+    with pytest.raises(ConfigError, match="no `type: kafka` or `type: pulsar` sink"):
         stream_sink(delta_only)
     assert stream_sink(config, "kafka") is config.sink[0]
+    with pytest.raises(ConfigError, match="no `type: pulsar` sink"):
+        stream_sink(config, "pulsar")
     logs = mysql_table(TableId(database, "logs"), (mysql_column("msg", "varchar", "varchar(10)", True),), ())
     with pytest.raises(ConfigError, match=f"table {database}.logs has no primary key"):
         followed_tables(stream_sink(config), {logs.table_id: logs}, str(tmp_path / "delta"))
@@ -126,6 +140,6 @@ def test_follow_topic_command_names_the_fix(tmp_path: Path, mysql_server: Sandbo
         "sink": {"path": str(tmp_path / "lake")}, "checkpoint": str(tmp_path / "checkpoint")}))
     assert main(["follow-topic", "--config", str(path), "--target", str(tmp_path / "delta")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["error: sink: the job has no `type: kafka` sink: follow-topic reads the topics a "
-                   "stream-store sink writes; add one to `sink:`"]
+    assert err == ["error: sink: the job has no `type: kafka` or `type: pulsar` sink: follow-topic reads "
+                   "the topics a stream-store sink writes; add one to `sink:`"]
     assert mysql_server.cdc.password not in "\n".join(err)

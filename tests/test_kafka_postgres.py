@@ -187,7 +187,7 @@ def test_postgres_to_a_stream_store_is_exact_across_a_crash_after_its_commit(
     writer's changes and dies after the store committed it; the restart replays it without
     writing. A plain consumer sees each change once, in key order, each delete with its tombstone."""
     prefix = f"pg{pipeline.database}"
-    pipeline.sinks = [store.sink(pipeline, prefix)]
+    pipeline.sinks = [store.sink(pipeline.workdir, prefix)]
     with contextlib.closing(pipeline.admin()) as admin:
         admin.execute("CREATE TABLE t (id int PRIMARY KEY, v text, n int)")
         admin.execute("INSERT INTO t SELECT i * 2, 'v' || i, i FROM generate_series(0, 399) AS i")

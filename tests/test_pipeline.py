@@ -342,7 +342,7 @@ def stream_pipeline(spark: Any, mysql_server: Sandbox, database: str, tmp_path: 
 def test_stream_store_snapshot_with_concurrent_writers_is_exact(store: StreamStore, stream_pipeline: Pipeline,
                                                                 admin: Any, mysql_server: Sandbox) -> None:
     prefix = f"eo{stream_pipeline.database}"
-    stream_pipeline.sinks = [store.sink(stream_pipeline, prefix)]
+    stream_pipeline.sinks = [store.sink(stream_pipeline.workdir, prefix)]
     create_table(admin)
     writer = RandomWriter(mysql_server, stream_pipeline.database, "t", seed=11, pause_s=PACE_S)
     with writing(writer):
@@ -370,7 +370,7 @@ def test_stream_store_crash_and_restart_is_exact(store: StreamStore, point: str,
                                                  stream_pipeline: Pipeline, admin: Any,
                                                  mysql_server: Sandbox) -> None:
     prefix = f"eo{stream_pipeline.database}"
-    stream_pipeline.sinks = [store.sink(stream_pipeline, prefix)]
+    stream_pipeline.sinks = [store.sink(stream_pipeline.workdir, prefix)]
     crash_and_restart(stream_pipeline, point, after, admin, mysql_server)
     store.assert_exact(stream_pipeline, prefix)
 
@@ -402,7 +402,7 @@ def test_fan_out_to_delta_and_a_stream_store_is_exact_in_each_across_a_crash_bet
     create_table(admin)
     # delta-rs: this test is about a stream store next to Delta; the Delta engines have their own fan-out test
     stream_pipeline.sinks = [{"type": "delta", "path": str(stream_pipeline.lake), "engine": "delta-rs"},
-                             store.sink(stream_pipeline, prefix)]
+                             store.sink(stream_pipeline.workdir, prefix)]
     writer = RandomWriter(mysql_server, stream_pipeline.database, "t", seed=29, pause_s=PACE_S)
     stream_pipeline.arm("between_sinks", after=2)
     with writing(writer):
@@ -425,7 +425,7 @@ def test_stream_store_driver_killed_at_random_moments_is_exact(store: StreamStor
     Kafka transaction open, a Pulsar batch partly sent. The restarted job fences the dead
     producers, and each change lands once."""
     prefix = f"eo{stream_pipeline.database}"
-    stream_pipeline.sinks = [store.sink(stream_pipeline, prefix)]
+    stream_pipeline.sinks = [store.sink(stream_pipeline.workdir, prefix)]
     create_table(admin, rows=2000)
     spec = json.dumps(stream_pipeline.raw_config())
     with contextlib.closing(mysql_server.admin.connect()) as conn:

@@ -1,5 +1,6 @@
 """The Pulsar sink beyond the contract suite: its configuration, a broker without deduplication,
-a broker restarted in the middle of a batch, and the key routing.
+a broker restarted in the middle of a batch, and the key routing; and the follow-topic source
+(sinks/pulsar/source.py) on its own.
 
 The sink contract (tests/test_sink_contract.py) and the exactly-once pipeline cases
 (tests/test_pipeline.py) run it too; these cases need the real broker of the session
@@ -8,13 +9,16 @@ The sink contract (tests/test_sink_contract.py) and the exactly-once pipeline ca
 
 from __future__ import annotations
 
+import pickle
 import threading
 from pathlib import Path
 from typing import Any
 
+import pulsar
 import pytest
 from change_batches import SINGLE_KEY, event, row
 from pulsar_broker import read_topic
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from test_sink_contract import stage
 
 from cdc.app.config import parse_config
@@ -25,6 +29,13 @@ from sinks.pulsar.admin import DeduplicationOff, PulsarAdmin
 from sinks.pulsar.config import PulsarSinkConfig
 from sinks.pulsar.producers import partition_of
 from sinks.pulsar.sink import PulsarSink
+from sinks.pulsar.source import (
+    ARROW_SCHEMA,
+    MessagesGone,
+    PulsarTopicsReader,
+    TopicSlice,
+    parse_position,
+)
 from sinks.stream.messages import NEW_KEY_HEADER, OLD_KEY_HEADER
 
 # org.apache.pulsar.client.impl.Murmur3Hash32.getInstance().makeHash(key) % 7 for the keys "a",
@@ -117,3 +128,62 @@ def test_a_broker_restarted_mid_batch_leaves_each_message_once(pulsar_broker: Pu
     assert sorted(state.values()) == sorted([1, *(-i for i in range(2, 200)), *range(200, 301)])
     headers = [r.properties for r, d in decoded if r.properties]
     assert {next(iter(h)) for h in headers} == {NEW_KEY_HEADER, OLD_KEY_HEADER}
+
+
+# --- the follow-topic source (sinks/pulsar/source.py), without Spark ----------------------------
+
+
+def _read(reader: PulsarTopicsReader, start: dict[str, str], end: dict[str, str]) -> list[tuple[Any, ...]]:
+    """What the batch (start, end] reads: (topic, partition, offset, value), each task's rows."""
+    rows = []
+    for s in reader.partitions(start, end):
+        assert isinstance(s, TopicSlice)
+        for batch in reader.read(pickle.loads(pickle.dumps(s))):
+            assert batch.schema == ARROW_SCHEMA
+            rows += [(t, s.partition, o, v) for t, o, v in zip(*batch.to_pydict().values(), strict=True)]
+    return rows
+
+
+def test_the_follow_topic_source_reads_fixed_slices_again_the_same(pulsar_broker: PulsarSandbox,
+                                                                  tmp_path: Path) -> None:
+    """Offsets fixed at planning: a batch read twice gives the same rows, the next batch starts
+    after it, a partition never goes back, empty payloads read as null; the read limit and an
+    availableNow run's target bound a batch; a missing message is named."""
+    config = _config(pulsar_broker, tmp_path)
+    topic, absent = config.full(f"{config.topic_prefix}.src"), config.full(f"{config.topic_prefix}.absent")
+    PulsarAdmin(config).create_partitioned(topic, 3)
+    client = pulsar.Client(config.service_url)
+    producers = [client.create_producer(f"{topic}-partition-{i}", batching_enabled=False) for i in range(2)]
+
+    def send(part: int, values: list[bytes]) -> None:
+        for v in values:
+            producers[part].send(v)
+
+    send(0, [b"a0", b"", b"a2"])  # partition 2 stays empty
+    send(1, [b"b0"])
+    reader = pickle.loads(pickle.dumps(PulsarTopicsReader(config, (topic, absent), None)))
+    start = reader.initialOffset()
+    first = reader.latestOffset(start, ReadAllAvailable())
+    assert sorted(first) == [f"{topic}-partition-0", f"{topic}-partition-1"]
+    rows = _read(reader, start, first)
+    assert rows == [(topic, f"{topic}-partition-0", 0, b"a0"), (topic, f"{topic}-partition-0", 1, None),
+                    (topic, f"{topic}-partition-0", 2, b"a2"), (topic, f"{topic}-partition-1", 0, b"b0")]
+    send(0, [b"a3"])
+    assert _read(reader, start, first) == rows, "a replay reads the same messages"
+    assert reader.latestOffset(first, ReadAllAvailable()) != first
+
+    send(1, [f"b{i}".encode() for i in range(1, 11)])
+    limited = reader.latestOffset(first, ReadMaxRows(4))  # two partitions move: 2 messages each
+    assert [r[3] for r in _read(reader, first, limited)] == [b"a3", b"b1", b"b2"]
+    reader.prepareForTriggerAvailableNow()
+    send(0, [b"late"])
+    end = reader.latestOffset(limited, ReadAllAvailable())
+    assert [r[3] for r in _read(reader, limited, end)] == [f"b{i}".encode() for i in range(3, 11)]
+    assert reader.latestOffset(end, ReadAllAvailable()) == end, "nothing after the run's target"
+    reader.stop()
+
+    ledger, entry, _ = parse_position(end[f"{topic}-partition-0"])
+    gone = {**end, f"{topic}-partition-0": f"{ledger}:{entry}:5"}  # never written: a batch index of 5
+    with pytest.raises(MessagesGone, match="retention"):
+        _read(reader, first, gone)
+    client.close()

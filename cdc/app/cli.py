@@ -13,7 +13,8 @@ Commands:
   sandbox           a throwaway server (``mysql``, ``postgres``, ``kafka``, ``pulsar``) on free ports until Ctrl-C.
   pipeline run      run a Spark Declarative Pipeline (``spark-pipeline.yml``) that reads a source
                     through ``cdc.app.pipelines``, with the project's jars and a kept catalog.
-  follow-topic      keep Delta tables up to date from a job's stream-store topics (Kafka: docs/kafka.md).
+  follow-topic      keep Delta tables up to date from a job's stream-store topics (Kafka: docs/kafka.md,
+                    Pulsar: docs/pulsar.md).
   config-reference  print every config key with its default and meaning (Markdown).
   version           print versions of spark-cdc and the engines it uses.
 

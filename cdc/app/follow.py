@@ -1,6 +1,6 @@
 """``python -m cdc follow-topic``: keep Delta tables up to date from a job's stream-store topics.
 
-Reads the job file for its stream-store sink (Kafka: brokers, topic prefix, encodings) and its
+Reads the job file for its stream-store sink (Kafka or Pulsar: brokers, topic prefix, encodings) and its
 source (the tables and their schemas: the source is connected once, for the start-up checks),
 then runs the store's :class:`sinks.follow.StreamFollower` until Ctrl-C/SIGTERM, or once
 (``--once``). Runs on the driver; a local Spark session unless spark-submit started one.

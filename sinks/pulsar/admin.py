@@ -4,7 +4,8 @@ The native client (``pulsar-client``) produces and reads but has no admin calls,
 a few REST calls (stdlib ``urllib``; token and TLS as the client's): how many partitions a topic
 has, creating a partitioned topic, whether broker-side deduplication applies to a topic (the
 sink's exactly-once protocol needs it, docs/pulsar.md), and a compaction threshold on the
-control topic. Errors name ``admin_url`` and never print the token.
+control topic; for ``follow-topic``, each partition's last message id. Errors name ``admin_url``
+and never print the token.
 """
 
 from __future__ import annotations
@@ -154,6 +155,19 @@ class PulsarAdmin:
             f"broker-side deduplication {state} for {topic}: the Pulsar sink needs it for exactly-once "
             f"delivery. Enable it: `pulsar-admin namespaces set-deduplication {tenant_ns} --enable` "
             f"(or the brokers' `brokerDeduplicationEnabled=true`)", topic=topic)
+
+    def last_message_id(self, topic: str) -> tuple[int, int, int] | None:
+        """The position ``(ledger id, entry id, batch index)`` of the newest message of one topic
+        partition (a non-partitioned topic, or ``<topic>-partition-<i>``), as the brokers hold it
+        now; None when the partition holds no message.
+
+        Raises:
+            SinkError: the brokers refused (no permission, the topic is gone).
+        """
+        last = self.check(self.call("GET", f"{self._path(topic)}/lastMessageId"), f"reading {topic}'s last message id")
+        if not isinstance(last, dict) or int(last.get("entryId", -1)) < 0:
+            return None
+        return int(last["ledgerId"]), int(last["entryId"]), int(last.get("batchIndex", -1))
 
     def compact_at(self, topic: str, threshold_bytes: int) -> bool:
         """Set the topic's compaction threshold; False when the brokers refuse."""

@@ -2,8 +2,8 @@
 
 Runs on the machine that calls it (the driver or a test process). :class:`PulsarSandbox` writes a
 broker configuration (loopback listeners on free ports, one bookie with quorums of 1, broker-side
-message deduplication on, which the Pulsar sink needs) and a log4j2 file that logs to
-``pulsar.log`` in a temp folder, then starts ``org.apache.pulsar.PulsarStandaloneStarter`` (broker,
+message deduplication on, which the Pulsar sink needs, unlimited retention) and a log4j2 file that
+logs to ``pulsar.log`` in a temp folder, then starts ``org.apache.pulsar.PulsarStandaloneStarter`` (broker,
 bookie and a RocksDB metadata store in one JVM; no functions worker, no stream storage) and waits
 until the admin API lists the ``public/default`` namespace. :meth:`PulsarSandbox.restart` kills
 the JVM and starts it again on the same ports and data (the broker-restart fault tests; the
@@ -104,6 +104,10 @@ class PulsarSandbox:
             "loadBalancerEnabled": "false",
             "webSocketServiceEnabled": "false",
             "allowAutoTopicCreation": "true",
+            # keep every message: readers (follow-topic, the tests' checks) hold no subscription,
+            # and without one Pulsar drops a topic's closed ledgers
+            "defaultRetentionTimeInMinutes": "-1",
+            "defaultRetentionSizeInMB": "-1",
             # the bookie: entries go to its journal (so a killed JVM loses nothing acknowledged:
             # the page cache keeps them), without an fsync per write
             "journalWriteData": "true",
