@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import pickle
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pulsar
 import pytest
 from change_batches import SINGLE_KEY, event, row
+from faults import InjectedFault
 from pulsar_broker import read_topic
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from test_sink_contract import stage
@@ -27,7 +29,8 @@ from cdc.model.debezium.codec import decode_value
 from cdc.model.errors import ConfigError
 from sinks.pulsar.admin import DeduplicationOff, PulsarAdmin
 from sinks.pulsar.config import PulsarSinkConfig
-from sinks.pulsar.producers import partition_of
+from sinks.pulsar.producers import Producers, partition_of
+from sinks.pulsar.sender import BatchSender
 from sinks.pulsar.sink import PulsarSink
 from sinks.pulsar.source import (
     ARROW_SCHEMA,
@@ -36,7 +39,7 @@ from sinks.pulsar.source import (
     TopicSlice,
     parse_position,
 )
-from sinks.stream.messages import NEW_KEY_HEADER, OLD_KEY_HEADER
+from sinks.stream.messages import NEW_KEY_HEADER, OLD_KEY_HEADER, Message
 
 # org.apache.pulsar.client.impl.Murmur3Hash32.getInstance().makeHash(key) % 7 for the keys "a",
 # "key-1" and {"id":1}, printed by pulsar-client 4.2.4 (jars/pulsar) on this machine
@@ -187,3 +190,83 @@ def test_the_follow_topic_source_reads_fixed_slices_again_the_same(pulsar_broker
     with pytest.raises(MessagesGone, match="retention"):
         _read(reader, first, gone)
     client.close()
+
+
+# --- the sender's Pulsar batches (sinks/pulsar/sender.py) ---------------------------------------
+
+
+def entry_sizes(service_url: str, partition: str) -> list[int]:
+    """How many messages each entry (one Pulsar batch) of a topic partition holds, in order."""
+    client = pulsar.Client(service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    sizes: dict[tuple[int, int], int] = {}
+    try:
+        reader = client.create_reader(partition, pulsar.MessageId.earliest)
+        while reader.has_message_available():
+            mid = reader.read_next(30_000).message_id()
+            sizes[(mid.ledger_id(), mid.entry_id())] = sizes.get((mid.ledger_id(), mid.entry_id()), 0) + 1
+    finally:
+        client.close()
+    return [n for _, n in sorted(sizes.items())]
+
+
+def test_the_senders_groups_travel_as_the_clients_batches(pulsar_broker: PulsarSandbox, tmp_path: Path) -> None:
+    """A group closes at 1,000 messages, with the message that brings it to 128 KiB, or before
+    the one that would take it past; a larger message goes alone, and the partition's last group
+    goes with the flush. Each group is one entry on the broker."""
+    config = _config(pulsar_broker, tmp_path)
+    topic = config.full(f"{config.topic_prefix}.groups")
+    PulsarAdmin(config).create_partitioned(topic, 1)
+    values = [b"t"] * 2500 + [b"k" * 1000] * 300 + [b"B" * 200_000] + [b"t"] * 10
+    producers = Producers(config, "spark-cdc-groups")
+    try:
+        sender = BatchSender(producers, 1, {topic: 1})
+        assert sender.send_all(topic, (Message(b"k", v, "r", "") for v in values)) == len(values)
+        producers.flush()
+        sender.check()
+    finally:
+        producers.close()
+    # 1,000 and 1,000 tiny ones; 500 tiny and 130 of 1 KB (131,500 bytes would pass 131,072);
+    # 131 of 1 KB; the last 39 (the large one would pass); the large one; the last 10
+    assert entry_sizes(config.service_url, f"{topic}-partition-0") == [1000, 1000, 630, 131, 39, 1, 10]
+
+
+def test_a_batch_partly_on_the_brokers_is_completed_once_by_its_replay(pulsar_broker: PulsarSandbox,
+                                                                      tmp_path: Path) -> None:
+    """The first attempt dies once every partition holds some of the batch's Pulsar batches (its
+    last group per partition still waits for the flush); the replay sends only the groups above
+    what each producer's broker persisted: each change once, each partition in order."""
+    s = SINGLE_KEY
+    config = _config(pulsar_broker, tmp_path)
+    admin = PulsarAdmin(config)
+    partitions = [f"{config.topic(s.table_id)}-partition-{i}" for i in range(3)]
+
+    class DieOnceSomeAreSent:
+        armed = True
+
+        def reached(self, point: str) -> None:
+            if point != "sink_commit" or not self.armed:
+                return
+            self.armed = False
+            deadline = time.monotonic() + 60
+            while any(admin.last_message_id(p) is None for p in partitions):
+                assert time.monotonic() < deadline, "no Pulsar batch reached the broker in 60 s"
+                time.sleep(0.05)
+            raise InjectedFault("injected fault at sink_commit")
+
+    sink = PulsarSink(config, "job-1", hooks=DieOnceSomeAreSent())
+    sink.open({s.table_id: s})
+    reads = [event("r", None, row(s, (i,), c_int=i), 1) for i in range(1, 1201)]  # ~4.7 KB: ~27 per group
+    staged = stage(sink, s, reads, tasks=2)
+    with pytest.raises(InjectedFault):
+        sink.commit(0, [staged])
+    first = [sum(entry_sizes(config.service_url, p)) for p in partitions]
+    assert all(n > 0 for n in first)
+    sink.commit(0, [staged])
+    sink.close()
+    records = read_topic(config.service_url, config.topic(s.table_id), 3)
+    ids = [decode_value(r.value, s, options=config.debezium_options()).after["id"] for r in records]  # type: ignore[union-attr]
+    assert sorted(ids) == list(range(1, 1201)), "each change once"
+    for part in range(3):
+        mine = [i for r, i in zip(records, ids, strict=True) if r.partition == part]
+        assert mine == sorted(mine), "each partition in the batch's order"
+    assert sum(first) < 1200, "the first attempt left its last groups unsent"

@@ -2,10 +2,12 @@
 
 * :class:`Producers` holds one client and one producer per topic partition, all named
   ``spark-cdc-<job id>`` and exclusive with fencing (a new run's producer fences the old run's, as
-  a Kafka transactional id does; a producer of anyone else is refused), batching off: each message carries the sequence id the sink gives it, and the
-  broker's deduplication drops a message whose id is not above the highest it persisted for that
-  producer name. ``Producer.last_sequence_id()`` says what that highest id is when the producer
-  connects: the sink sends only what lies above it.
+  a Kafka transactional id does; a producer of anyone else is refused). Each message carries the
+  sequence id the sink gives it, and the broker's deduplication drops a batch whose (first) id is
+  not above the one it persisted last for that producer name. ``Producer.last_sequence_id()``
+  says what that id is when the producer connects: the sink sends only what lies above it. The
+  topics' producers batch with the limits of :mod:`sinks.pulsar.sender` and a publish delay that
+  never fires (the sender decides where batches end); the control topic's does not batch.
 * :func:`partition_of`: a key's partition, the Java client's ``Murmur3_32Hash`` routing.
 * The control topic holds one marker per committed batch, keyed by the job id (compacted:
   :func:`read_markers` reads the newest per job).
@@ -24,22 +26,22 @@ import mmh3
 import pulsar
 
 from sinks.pulsar.config import PulsarSinkConfig
-from sinks.stream.logs import repeats_logger
 
-CLIENT_LOGGER = "sinks.pulsar.client"
 SEQUENCE_BITS = 32  # a message's sequence id: (batch id << 32) | its index in its partition's batch
+GROUP_MESSAGES = 1000  # messages of one Pulsar batch at most (the client's default): part of the protocol
+GROUP_BYTES = 128 * 1024  # payload bytes of one Pulsar batch (the client's default): part of the protocol
+NEVER_MS = 24 * 3600 * 1000  # the batches' publish delay: the sender's groups end them, never a timer
 
 _COMPRESSION = {"none": pulsar.CompressionType.NONE, "lz4": pulsar.CompressionType.LZ4,
                 "zlib": pulsar.CompressionType.ZLib, "zstd": pulsar.CompressionType.ZSTD,
                 "snappy": pulsar.CompressionType.SNAPPY}
 
 
-def client_logger() -> logging.Logger:
-    """The Python logger the C++ client logs to: warnings and errors, each kind once a minute."""
-    log = repeats_logger(CLIENT_LOGGER)
-    if log.level == logging.NOTSET:
-        log.setLevel(logging.WARNING)
-    return log
+def client_logger() -> pulsar.ConsoleLogger:
+    """The C++ client's own logger, warnings and errors only. A Python logger would be handed every
+    line the client writes, debug lines included (the binding filters nothing): two calls into
+    Python, with the GIL, per message sent, which halved the sink's throughput."""
+    return pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn)
 
 
 def new_client(config: PulsarSinkConfig) -> pulsar.Client:
@@ -89,8 +91,9 @@ class Producers:
         self.client = new_client(self.config)
         weakref.finalize(self, _close, self.client)  # an abandoned sink's client stops reconnecting
 
-    def get(self, topic: str) -> pulsar.Producer:
-        """The producer of one topic (partition), created on first use.
+    def get(self, topic: str, batching: bool = True) -> pulsar.Producer:
+        """The producer of one topic (partition), created on first use: batching as the sender
+        cuts (:mod:`sinks.pulsar.sender`), or not at all (the control topic's).
 
         Raises:
             pulsar.PulsarException: the broker refused or did not answer.
@@ -98,8 +101,9 @@ class Producers:
         producer = self.producers.get(topic)
         if producer is None:
             producer = self.client.create_producer(
-                topic, producer_name=self.name, batching_enabled=False, block_if_queue_full=True,
-                access_mode=pulsar.ProducerAccessMode.ExclusiveWithFencing,
+                topic, producer_name=self.name, batching_enabled=batching, batching_max_messages=GROUP_MESSAGES,
+                batching_max_allowed_size_in_bytes=GROUP_BYTES, batching_max_publish_delay_ms=NEVER_MS,
+                block_if_queue_full=True, access_mode=pulsar.ProducerAccessMode.ExclusiveWithFencing,
                 max_pending_messages=self.config.max_pending_messages,
                 send_timeout_millis=int(self.config.send_timeout_s * 1000),
                 compression_type=_COMPRESSION[self.config.compression])

@@ -7,11 +7,13 @@ Pulsar yet.
 Driver side (:class:`PulsarSink`), once per batch: every staged message of the batch (per table,
 snapshot rows first, then changes in log order) is sent by the job's producer of its topic
 partition with a **sequence id derived from the batch id and its index** in that partition's share
-of the batch; then a marker ``(job, batch)`` goes to the control topic. Broker-side
-deduplication keeps, per producer name and partition, the highest sequence id it persisted and
-drops anything at or below it, and a producer learns that id when it connects: so a batch sent
-again after any crash (the driver's, or a broker's restart mid-batch) adds exactly the messages
-that were missing, in their order. docs/pulsar.md states the protocol and each crash point.
+of the batch, in Pulsar batches cut as a function of the messages alone
+(:mod:`sinks.pulsar.sender`); then a marker ``(job, batch)`` goes to the control topic.
+Broker-side deduplication keeps, per producer name and partition, the sequence id of the last
+batch it persisted and drops anything at or below it, and a producer learns that id when it
+connects: so a batch sent again after any crash (the driver's, or a broker's restart mid-batch)
+adds exactly the messages that were missing, in their order. docs/pulsar.md states the protocol
+and each crash point.
 """
 
 from __future__ import annotations
@@ -32,17 +34,10 @@ from cdc.model.schema import TableId, TableSchema
 from sinks.base import Committed, Sink, SinkError, SinkWriter, TableBatch
 from sinks.pulsar.admin import PulsarAdmin, PulsarUnreachable
 from sinks.pulsar.config import PulsarSinkConfig
-from sinks.pulsar.producers import (
-    SEQUENCE_BITS,
-    Marker,
-    Producers,
-    marker_value,
-    partition_of,
-    partition_topics,
-    read_markers,
-)
+from sinks.pulsar.producers import Marker, Producers, marker_value, partition_topics, read_markers
+from sinks.pulsar.sender import BatchSender
 from sinks.stream.batches import batch_messages, clear_staging, new_schema_changes, remove_staged
-from sinks.stream.messages import Message, MessageTooLarge, StreamStageWriter
+from sinks.stream.messages import Message, StreamStageWriter
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +122,7 @@ class PulsarSink(Sink):
         producers = Producers(self.pulsar, self.producer_name)
         try:
             control = self._control_topic()
-            marker_producer = producers.get(control)
+            marker_producer = producers.get(control, batching=False)
             marker = read_markers(producers.client, control, self.job_id,
                                   int(self.pulsar.operation_timeout_s * 1000))
         except pulsar.ProducerBusy as exc:
@@ -216,7 +211,7 @@ class PulsarSink(Sink):
         what a producer's broker already persisted is skipped)."""
         producers = self.producers
         assert producers is not None
-        sender = _BatchSender(producers, batch_id, self.partitions)
+        sender = BatchSender(producers, batch_id, self.partitions)
         try:
             if schema_changes:  # before the rows written under them
                 sender.send_all(self.pulsar.schema_changes_topic(), [self._schema_change(c) for c in schema_changes])
@@ -248,7 +243,7 @@ class PulsarSink(Sink):
 
     def _send_marker(self, producers: Producers, batch_id: int, counts: dict[str, int],
                      schema_versions: dict[str, int]) -> None:
-        producer = producers.get(self._control_topic())
+        producer = producers.get(self._control_topic(), batching=False)
         if producer.last_sequence_id() >= batch_id:
             return  # recorded before a crash: deduplication would drop it anyway
         producer.send(marker_value(self.job_id, batch_id, counts, schema_versions),
@@ -258,60 +253,3 @@ class PulsarSink(Sink):
         if self.producers is not None:
             self.producers.close()
         self.producers = None
-
-
-class _BatchSender:
-    """Sends a batch's messages with their sequence ids, skipping what the brokers already hold
-    (driver side; one per commit attempt)."""
-
-    def __init__(self, producers: Producers, batch_id: int, partitions: dict[str, int]) -> None:
-        self.producers = producers
-        self.base = batch_id << SEQUENCE_BITS
-        self.partitions = partitions
-        self.failures: list[tuple[pulsar.Result, str]] = []
-
-    def send_all(self, topic: str, messages: Iterable[Message]) -> int:
-        """Send ``messages`` to ``topic`` (routed by key); returns how many the batch holds."""
-        targets = partition_topics(topic, self.partitions[topic])
-        producers = [self.producers.get(t) for t in targets]
-        last = [p.last_sequence_id() for p in producers]
-        index = [0] * len(targets)
-        n = 0
-        for m in messages:
-            part = partition_of(m.key, len(targets))
-            seq = self.base | index[part]
-            index[part] += 1
-            n += 1
-            if seq <= last[part]:
-                continue  # persisted by an earlier attempt
-            producers[part].send_async(
-                m.value or b"", self._delivered(targets[part]),
-                partition_key=None if m.key is None else m.key.decode("utf-8"),
-                properties={k: v.decode("utf-8") for k, v in m.headers} if m.headers else None,
-                sequence_id=seq)
-        if any(i >= 1 << SEQUENCE_BITS for i in index):
-            raise SinkError(f"a batch sends over 2^32 messages to one partition of {topic}: lower "
-                            f"`source.chunks_per_batch` or `source.max_batch_bytes`", topic=topic)
-        return n
-
-    def _delivered(self, topic: str) -> Any:
-        def delivered(result: pulsar.Result, _msg_id: Any) -> None:
-            if result != pulsar.Result.Ok:
-                self.failures.append((result, topic))
-        return delivered
-
-    def check(self) -> None:
-        """Raises:
-            MessageTooLarge: the brokers refused a message's size.
-            _Retry: another delivery failed (a new attempt sends what is missing).
-        """
-        if not self.failures:
-            return
-        result, topic = self.failures[0]
-        if result == pulsar.Result.ProducerFenced:
-            raise pulsar.ProducerFenced(result)
-        if result == pulsar.Result.MessageTooBig:
-            raise MessageTooLarge(
-                f"a message of topic {topic!r} is over the brokers' size limit: raise the brokers' "
-                f"`maxMessageSize` and the sink's `max_message_size` together", topic=topic)
-        raise _Retry(f"{len(self.failures)} message(s) not delivered to {topic} ({result})")

@@ -199,13 +199,9 @@ def read_messages(service_url: str, topic: str, partitions: int, timeout_ms: int
     """Every message of ``topic`` as ``(partition, key, value, properties)`` (an empty payload, a
     tombstone, as None), read by a plain reader of each partition from its first message to its
     end (the demo's and the tests' read-back; ``partitions`` 0: a non-partitioned topic)."""
-    import logging
-
     import pulsar
 
-    quiet = logging.getLogger("cdc.app.sandbox.pulsar.client")
-    quiet.setLevel(logging.ERROR)
-    client = pulsar.Client(service_url, logger=quiet)
+    client = pulsar.Client(service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
     out: list[tuple[int, bytes | None, bytes | None, dict[str, str]]] = []
     try:
         names = [topic] if partitions == 0 else [f"{topic}-partition-{i}" for i in range(partitions)]
