@@ -38,82 +38,29 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
-import datetime as dt
-import json
-import os
-import shutil
-import tempfile
 import threading
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from pipeline_bench import RunStart, apply_burst, load, top_functions
-from tpcds import CustomerTable, customer_rows, customer_sandbox
+from pipeline_bench import apply_burst, load, top_functions
+from stream_bench import TARGET_RATIO, CommitTimer, Line, parse_args, run_bench
+from tpcds import CustomerTable
 
 from cdc.app.config import parse_config
 from cdc.app.runner import JobRunner
 from cdc.app.sandbox.kafka import KafkaSandbox, start_kafka_sandbox
-from cdc.model.config import DEFAULT_CHUNK_SIZE, JobConfig
+from cdc.model.config import JobConfig
 from cdc.spark.session import local_session
 from sinks.kafka.config import KafkaSinkConfig
 from sinks.kafka.sink import KafkaSink
 from sinks.stream.messages import encode_rows
 
-RESULTS = Path(__file__).with_name("results")
-TARGET_RATIO = 0.5
 Msg = tuple[bytes | None, bytes | None, list[tuple[str, bytes]] | None]
-
-
-@dataclass
-class Line:
-    """One measurement: a row of the printed table."""
-
-    name: str
-    messages: int
-    rows: int
-    seconds: float
-    load: float
-    detail: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def rate(self) -> float:
-        return self.rows / self.seconds if self.seconds else 0.0
-
-
-class CommitTimer:
-    """Wraps ``KafkaSink.commit`` (driver side) to sum its wall time, optionally cProfiled."""
-
-    def __init__(self, profile: bool) -> None:
-        self.seconds, self.calls = 0.0, 0
-        self.prof = cProfile.Profile() if profile else None
-        self._original = KafkaSink.commit
-        timer = self
-
-        def commit(sink: KafkaSink, batch_id: int, tables: list[Any]) -> Any:
-            started = time.perf_counter()
-            if timer.prof is not None:
-                timer.prof.enable()
-            try:
-                return timer._original(sink, batch_id, tables)
-            finally:
-                if timer.prof is not None:
-                    timer.prof.disable()
-                timer.seconds += time.perf_counter() - started
-                timer.calls += 1
-
-        KafkaSink.commit = commit  # type: ignore[method-assign]
-
-    def reset(self) -> None:
-        self.seconds, self.calls = 0.0, 0
-
-    def restore(self) -> None:
-        KafkaSink.commit = self._original  # type: ignore[method-assign]
 
 
 class TopicReader(threading.Thread):
@@ -185,7 +132,7 @@ class Bench:
         self.facts: dict[str, Any] = {}
         self.spark = local_session("spark-cdc-bench-kafka", parallelism=args.parallelism)
         self.config = self.job_config()
-        self.timer = CommitTimer(args.profile)
+        self.timer = CommitTimer(KafkaSink, args.profile)
 
     def job_config(self) -> JobConfig:
         c, t, a = self.table.box.cdc, self.table, self.args
@@ -205,9 +152,7 @@ class Bench:
 
     def add(self, line: Line) -> Line:
         self.lines.append(line)
-        print(f"  {line.name:<40} {line.rows:>9,} rows {line.messages:>9,} msgs {line.seconds:>7.2f}s "
-              f"{line.rate:>9,.0f} rows/s  load {line.load}", flush=True)
-        return line
+        return line.show()
 
     def ends(self) -> dict[int, int]:
         """Where each partition of the topic ends now (the next phase's reader starts there)."""
@@ -314,63 +259,11 @@ def ratios(lines: list[Line], fixed_s: float) -> dict[str, float]:
     return out
 
 
-def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n", 1)[0])
-    p.add_argument("--scale", type=int, default=1, help="TPC-DS scale (1 = 100,000 customers)")
-    p.add_argument("--burst", type=int, default=50_000, help="updates before the catch-up run")
-    p.add_argument("--parallelism", type=int, default=2)
-    p.add_argument("--partitions", type=int, default=3, help="partitions of the topics")
-    p.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE)
-    p.add_argument("--chunks-per-batch", type=int, default=8)
-    p.add_argument("--no-schemas", action="store_true", help="schemas_enable: false (payload-only values)")
-    p.add_argument("--profile", action="store_true", help="cProfile the sink's commits")
-    p.add_argument("--quick", action="store_true", help="a 20k-update burst (``make bench-quick``)")
-    p.add_argument("--keep", action="store_true", help="keep the work directory")
-    args = p.parse_args()
-    if args.quick:
-        args.burst = min(args.burst, 20_000)
-    return args
-
-
 def main() -> None:
-    args = parse_args()
-    print(f"TPC-DS customer, scale {args.scale} (~{customer_rows(args.scale):,} rows); load {os.getloadavg()}",
-          flush=True)
-    work = Path(tempfile.mkdtemp(prefix="spark-cdc-bench-kafka-"))
-    start = RunStart.now()
-    print(start.describe(), flush=True)
-    started = start.clock
-    broker = start_kafka_sandbox()
-    try:
-        with customer_sandbox(args.scale) as table:
-            print(f"loaded {table.rows:,} rows; Kafka on {broker.bootstrap_servers}; work dir {work}", flush=True)
-            bench = Bench(table, broker, args, work)
-            try:
-                bench.run()
-            finally:
-                bench.close()
-    finally:
-        broker.stop()
-        if not args.keep:
-            shutil.rmtree(work, ignore_errors=True)
-    got = ratios(bench.lines, bench.facts.get("fixed_cost_s", 0.0))
-    print("\nratios to the raw transactional producer (rows/s; target: sink commit >= "
-          f"{TARGET_RATIO}x):\n  " + "\n  ".join(f"{k}: {v:.2f}x" for k, v in got.items()))
-    if "encode_profile" in bench.facts:
-        print("\nwhere encoding time goes (cProfile, tottime):\n" + bench.facts["encode_profile"])
-    if "commit_profile" in bench.facts:
-        print("\nwhere the sink's commit time goes (cProfile, tottime):\n" + bench.facts["commit_profile"])
-    stamp = dt.date.today().isoformat()
-    mode = ("-noschemas" if args.no_schemas else "") + ("-quick" if args.quick else "")
-    out = RESULTS / f"kafka_bench-{stamp}-sf{args.scale}{mode}.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps({
-        "scale": args.scale, "rows": table.rows, "date": stamp, "args": vars(args),
-        **start.conditions(), "wall_seconds": round(time.perf_counter() - started),
-        "ratios": got, "target_ratio": TARGET_RATIO,
-        "lines": [{**asdict(ln), "rows_per_s": round(ln.rate)} for ln in bench.lines], **bench.facts,
-    }, indent=2) + "\n")
-    print(f"wrote {out} in {time.perf_counter() - started:.0f}s")
+    args = parse_args(__doc__)
+    run_bench("kafka", args, start_kafka_sandbox, Bench,
+              lambda b: ratios(b.lines, b.facts.get("fixed_cost_s", 0.0)),
+              f"ratios to the raw transactional producer (rows/s; target: sink commit >= {TARGET_RATIO}x)")
 
 
 if __name__ == "__main__":
