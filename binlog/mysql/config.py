@@ -79,6 +79,16 @@ class MySqlSourceConfig(SourceConfig):
                       "`source.name` in every change)")
     schema_change: SchemaChangeConfig = Field(default_factory=SchemaChangeConfig, description="how DDL on a "
                                               "captured table reaches the sinks (docs/schema-evolution.md)")
+    include_query: bool = Field(default=False, description="Debezium's `include.query`: put the statement "
+                                "that made each change (the binlog's annotate/rows-query event; MySQL needs "
+                                "`binlog_rows_query_log_events=ON`) in `source.query`; off (Debezium's default), "
+                                "`source.query` is null")
+    debezium_connector: Literal["auto", "mysql", "mariadb"] = Field(
+        default="auto", description="the Debezium connector the changes speak as: `source.connector` and the "
+        "`source` block's schema name `io.debezium.connector.<connector>.Source` in every change and schema "
+        "change event (Kafka) and in the changelog's `source`. `auto`: the server's own, Debezium's MariaDB "
+        "connector for a MariaDB server, its MySQL connector for MySQL; `mysql` keeps the MySQL connector's "
+        "form on MariaDB, for consumers written against it (docs/kafka.md)")
 
     @field_validator("server_id")
     @classmethod

@@ -258,7 +258,8 @@ def merge_lenient(sink: TableSchema, change: SchemaVersion) -> TableSchema:
                 "behavior to 'ignore' or 'exception', or take a new snapshot into a new sink path",
                 table=str(sink.table_id), position=change.position, ddl=change.ddl or "")
         columns[i] = replace(col, nullable=True, arrow=wide)  # narrowed in the source: stays wide
-    return TableSchema(sink.table_id, tuple(columns), sink.primary_key, sink.connector, sink.database)
+    return TableSchema(sink.table_id, tuple(columns), sink.primary_key, sink.connector, sink.database,
+                       change.schema.replica_identity)
 
 
 def with_lineage(schema: TableSchema, version: int) -> TableSchema:
@@ -293,7 +294,8 @@ def merge_evolve(sink: TableSchema, change: SchemaVersion, tolerate: bool = Fals
             columns.append(replace(col, origin=f"{col.name}@{change.version}"))
             continue
         columns.append(_evolved_column(sink, change, old, replace(col, origin=old.origin), tolerate))
-    return TableSchema(sink.table_id, tuple(columns), change.schema.primary_key, sink.connector, sink.database)
+    return TableSchema(sink.table_id, tuple(columns), change.schema.primary_key, sink.connector, sink.database,
+                       change.schema.replica_identity)
 
 
 def _composed(renames: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:

@@ -44,6 +44,12 @@ class KafkaSinkConfig(SinkConfig):
                                          "`include.schema.changes`: `ddl` and `tableChanges`), once, in the "
                                          "transaction of the batch that reads it (Postgres, which logs no "
                                          "DDL: of the table's first change under it)")
+    extended_headers: bool = Field(default=True, description="Debezium 3's `extended.headers.enabled`: every "
+                                   "message carries the headers `__debezium.context.connectorLogicalName` (the "
+                                   "source's `name`), `__debezium.context.taskId` (`0`), "
+                                   "`__debezium.context.connectorName` (`mysql`, `mariadb`, `postgresql`) and "
+                                   "`__debezium.context.runId` (drawn at each start of the job); `false` leaves "
+                                   "them out")
     control_topic: str = Field(default="", description="the compacted topic recording the batches "
                                "each job committed (default `<topic_prefix>.__spark_cdc_commits`)")
     staging_path: str = Field(default="", description="a folder the executors and the driver all see "
@@ -71,6 +77,14 @@ class KafkaSinkConfig(SinkConfig):
         "(`adaptive_time_microseconds` for MySQL, `adaptive` for PostgreSQL)")
     binary_handling_mode: Literal["bytes", "base64", "base64-url-safe", "hex"] = Field(
         default="bytes", description="Debezium's `binary.handling.mode`")
+    enable_time_adjuster: bool = Field(
+        default=True, description="Debezium's MySQL `enable.time.adjuster` (its default: on): a DATE or "
+        "DATETIME of the years 0001-0099 is written as 2001-2069 (years 1-69) or 1970-1999 (70-99), as MySQL "
+        "reads two-digit years; `false` writes the year the database holds (MySQL/MariaDB sources only)")
+    replace_null_with_default: bool = Field(
+        default=True, description="Kafka Connect JsonConverter's `replace.null.with.default` (its default: on), "
+        "which Debezium's topics are written with: a null in a column that has a default value is written as "
+        "that default; `false` writes null")
 
     @field_validator("bootstrap_servers")
     @classmethod
@@ -91,7 +105,9 @@ class KafkaSinkConfig(SinkConfig):
         return DebeziumOptions(decimal_handling_mode=self.decimal_handling_mode,
                                time_precision_mode=self.time_precision_mode,
                                bigint_unsigned_handling_mode=self.bigint_unsigned_handling_mode,
-                               binary_handling_mode=self.binary_handling_mode)
+                               binary_handling_mode=self.binary_handling_mode,
+                               enable_time_adjuster=self.enable_time_adjuster,
+                               replace_null_with_default=self.replace_null_with_default)
 
     def topic(self, table_id: TableId) -> str:
         """``<topic_prefix>.<db>.<table>``, characters Kafka refuses replaced by ``_`` (as Debezium)."""

@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from cdc.model.config import SinkConfig
+from cdc.model.debezium.headers import Headers, context_headers, new_run_id
 from cdc.model.debezium.schema_change import schema_change_message
 from cdc.model.errors import ConfigError
 from cdc.model.history import SchemaChange
@@ -92,6 +93,7 @@ class KafkaSink(Sink):
         self.last_batch: int | None = None  # None: unknown, read the control topic first
         self.schema_versions: dict[str, int] = {}  # per table, the newest version published
         self.topics: set[str] = set()  # topics known to exist
+        self.run_id = new_run_id()  # Debezium's runId: one per start of the job
 
     def describe(self) -> str:
         return f"kafka at {self.kafka.bootstrap_servers} (topics {self.kafka.topic_prefix}.<db>.<table>)"
@@ -237,11 +239,13 @@ class KafkaSink(Sink):
         try:
             producer.begin_transaction()
             for change in schema_changes:  # before the rows written under it, as Debezium orders them
-                key, value = schema_change_message(str(change.source.get("connector", "mysql")), change.schema,
-                                                   change.ddl, change.source,
+                connector = str(change.source.get("connector", "mysql"))
+                key, value = schema_change_message(connector, change.schema, change.ddl, change.source,
                                                    int(time.time() * 1000),
                                                    schemas_enable=self.kafka.schemas_enable)
-                self._produce(producer, self.kafka.schema_changes_topic(), Message(key, value, "", ""), delivered)
+                headers = self._context(str(change.source.get("name", "")), connector)
+                self._produce(producer, self.kafka.schema_changes_topic(), Message(key, value, "", "", headers),
+                              delivered)
                 log.info("kafka: schema change of %s (version %d) to %s: %s", change.schema.table_id,
                          change.version, self.kafka.schema_changes_topic(), change.ddl.strip())
             for batch in tables:
@@ -271,7 +275,15 @@ class KafkaSink(Sink):
     def _messages(self, batch: TableBatch) -> Iterator[Message]:
         snapshot = read_staged(self.staging, staged_files(batch.snapshot))
         changes = with_headers(read_staged(self.staging, staged_files(batch.changes)), self.kafka.schemas_enable)
-        return chain(snapshot, changes)
+        files = staged_files(batch.snapshot + batch.changes)
+        context = self._context(*files[0]["context"]) if files and "context" in files[0] else ()
+        if not context:
+            return chain(snapshot, changes)
+        return (Message(m.key, m.value, m.op, m.pos, m.headers + context) for m in chain(snapshot, changes))
+
+    def _context(self, logical_name: str, connector: str) -> Headers:
+        """Debezium's context headers (``extended_headers``), or none."""
+        return context_headers(logical_name, connector, self.run_id) if self.kafka.extended_headers else ()
 
     @staticmethod
     def _produce(producer: Producer, topic: str, m: Message, delivered: Any) -> None:
