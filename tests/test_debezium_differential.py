@@ -9,9 +9,11 @@ multi-row transaction and a DDL, and both stream them. A sentinel row ends Debez
 
 One Debezium run per database gives both JsonConverter modes (schemas on and off) from the same
 records; our job runs once per mode (two Kafka sinks of one job would share one transactional
-id). Per table the messages are paired: snapshot reads by key (our chunks are read in parallel,
-so their order is not Debezium's), streamed changes by position (the log's order, tombstones
-included). Keys, values, headers and the schema change topic are compared byte for byte after
+id), with Debezium's logical name and ``schema_change.behavior: evolve`` (messages after a DDL
+carry the table's own schema, as Debezium's do); every other setting that shapes a message is
+both sides' default. Per table the messages are paired: snapshot reads by key (our chunks are
+read in parallel, so their order is not Debezium's), streamed changes by position (the log's
+order, tombstones included). Keys, values, headers and the schema change topic are compared byte for byte after
 normalising only what must differ (tests/debezium_diff.py says what and why).
 """
 
@@ -20,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -123,54 +125,67 @@ def _kafka_sink(workdir: Path, bootstrap: str, topic_prefix: str, mode: str) -> 
             "schemas_enable": mode == "schemas", "staging_path": str(workdir / "kafka-staging")}
 
 
-def _execute(connect: Any, statements: list[str]) -> None:
-    with contextlib.closing(connect()) as conn, conn.cursor() as cur:
-        for statement in statements:
-            cur.execute(statement)
+def _capture(kind: str, debezium: DebeziumCapture, jobs: dict[str, Any], write_changes: Callable[[], None],
+             db: str, bootstrap: str, work: Path, known: tuple[Known, ...]) -> Capture:
+    """Both sides of one database: our jobs' snapshots (while Debezium's JVM starts and snapshots),
+    the changes once Debezium streams, our jobs again; then both sides' messages (dumped to ``work``)."""
+    try:
+        for job in jobs.values():
+            job.run()  # the snapshot
+        debezium.wait_streaming()
+        write_changes()
+        for job in jobs.values():
+            job.run()  # the changes
+        theirs = _debezium_topics(debezium.records(), db)
+    finally:
+        debezium.stop()
+    tables = sorted(t for t in theirs["schemas"].by_table if t is not None)
+    ours = {mode: _our_topics(bootstrap, f"{mode}{db}", db, tables) for mode in MODES}
+    capture = Capture(theirs, ours, db, kind, known)
+    capture.dump(work)
+    return capture
+
+
+def _job_source(db: str, no_key: str) -> dict[str, Any]:
+    """Our source's keys: the same logical name as Debezium's, and the schema each message carries
+    after a DDL being the table's own (``evolve``), as in Debezium (docs/kafka.md)."""
+    return {"name": SERVER, "chunk_key_columns": {f"{db}.{no_key}": "a"}, "schema_change": {"behavior": "evolve"}}
 
 
 @pytest.fixture(scope="module")
 def mariadb(spark: Any, mysql_server: Sandbox, kafka_broker: KafkaSandbox,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Capture]:
-    """Debezium's MariaDB connector and our job on the same database: snapshot, then the changes."""
+    """Debezium's MariaDB connector and our job on the same database: snapshot, then the changes
+    (written in sessions of time zone +05:30, with ALLOW_INVALID_DATES)."""
     db = mysql_server.create_database(f"dz_{uuid.uuid4().hex[:8]}")
     work = tmp_path_factory.mktemp("debezium-mariadb")
     admin = mysql_server.admin
+    setup = "SET sql_mode = 'ALLOW_INVALID_DATES', time_zone = '+05:30'"
+
+    def write_changes() -> None:
+        for transaction in MARIADB_CHANGES:
+            with contextlib.closing(admin.connect(db, init_command=setup)) as conn, conn.cursor() as cur:
+                conn.begin()
+                for statement in transaction:
+                    cur.execute(statement)
+                conn.commit()
+
     try:
-        setup = "SET sql_mode = 'ALLOW_INVALID_DATES', time_zone = '+05:30'"
-        _execute(lambda: admin.connect(db, init_command=setup), MARIADB_TABLES + MARIADB_SNAPSHOT)
+        with contextlib.closing(admin.connect(db, init_command=setup)) as conn, conn.cursor() as cur:
+            for statement in MARIADB_TABLES + MARIADB_SNAPSHOT:
+                cur.execute(statement)
         debezium = DebeziumCapture(
             {"name": SERVER, "connector.class": "io.debezium.connector.mariadb.MariaDbConnector",
              "database.hostname": admin.host, "database.port": str(admin.port), "database.user": admin.user,
              "database.server.id": "5790", "topic.prefix": SERVER, "database.include.list": db,
              "snapshot.locking.mode": "none"},
             admin.password, work / "debezium", f"{SERVER}.{db}.{SENTINEL}")
-        try:
-            jobs = {mode: Pipeline(spark, mysql_server, db, work / mode,
-                                   source={"name": SERVER, "server_id": f"58{i}0-58{i}3",
-                                           "chunk_key_columns": {f"{db}.t_nopk": "a"},
-                                           "schema_change": {"behavior": "evolve"}},
-                                   sinks=[_kafka_sink(work / mode, kafka_broker.bootstrap_servers, f"{mode}{db}", mode)])
-                    for i, mode in enumerate(MODES)}
-            for job in jobs.values():
-                job.run()  # the snapshot
-            debezium.wait_streaming()
-            for transaction in MARIADB_CHANGES:
-                with contextlib.closing(admin.connect(db, init_command=setup)) as conn, conn.cursor() as cur:
-                    conn.begin()
-                    for statement in transaction:
-                        cur.execute(statement)
-                    conn.commit()
-            for job in jobs.values():
-                job.run()  # the changes
-            theirs = _debezium_topics(debezium.records(), db)
-        finally:
-            debezium.stop()
-        tables = sorted(t for t in theirs["schemas"].by_table if t is not None)
-        ours = {mode: _our_topics(kafka_broker.bootstrap_servers, f"{mode}{db}", db, tables) for mode in MODES}
-        capture = Capture(theirs, ours, db, "mariadb", MARIADB_KNOWN)
-        capture.dump(work)
-        yield capture
+        jobs = {mode: Pipeline(spark, mysql_server, db, work / mode,
+                               source={**_job_source(db, "t_nopk"), "server_id": f"58{i}0-58{i}3"},
+                               sinks=[_kafka_sink(work / mode, kafka_broker.bootstrap_servers, f"{mode}{db}", mode)])
+                for i, mode in enumerate(MODES)}
+        yield _capture("mariadb", debezium, jobs, write_changes, db, kafka_broker.bootstrap_servers, work,
+                       MARIADB_KNOWN)
     finally:
         mysql_server.drop_database(db)
 
@@ -184,13 +199,19 @@ def postgres(spark: Any, postgres_server: PostgresSandbox, kafka_broker: KafkaSa
     admin = postgres_server.admin
     try:
         jobs = {mode: PgPipeline(spark, postgres_server, db, work / mode,
-                                 source={"name": SERVER, "slot_name": f"job_{mode}",
-                                         "chunk_key_columns": {f"{db}.p_nopk": "a"},
-                                         "schema_change": {"behavior": "evolve"}},
+                                 source={**_job_source(db, "p_nopk"), "slot_name": f"job_{mode}"},
                                  sinks=[_kafka_sink(work / mode, kafka_broker.bootstrap_servers, f"{mode}{db}", mode)])
                 for mode in MODES}
         for mode, job in jobs.items():
             job.reference_slot = f"ref_{mode}_{db}"
+
+        def write_changes() -> None:
+            with contextlib.closing(jobs["schemas"].admin()) as conn:
+                for transaction in POSTGRES_CHANGES:
+                    with conn.transaction():
+                        for statement in transaction:
+                            conn.execute(statement)
+
         with contextlib.closing(jobs["schemas"].admin()) as conn:
             for statement in POSTGRES_TABLES + POSTGRES_SNAPSHOT:
                 conn.execute(statement)
@@ -201,25 +222,8 @@ def postgres(spark: Any, postgres_server: PostgresSandbox, kafka_broker: KafkaSa
              "slot.name": f"dbz_{db}", "publication.name": "spark_cdc", "publication.autocreate.mode": "disabled",
              "schema.include.list": db},
             admin.password, work / "debezium", f"{SERVER}.{db}.{SENTINEL}")
-        try:
-            for job in jobs.values():
-                job.run()  # the snapshot
-            debezium.wait_streaming()
-            with contextlib.closing(jobs["schemas"].admin()) as conn:
-                for transaction in POSTGRES_CHANGES:
-                    with conn.transaction():
-                        for statement in transaction:
-                            conn.execute(statement)
-            for job in jobs.values():
-                job.run()  # the changes
-            theirs = _debezium_topics(debezium.records(), db)
-        finally:
-            debezium.stop()
-        tables = sorted(t for t in theirs["schemas"].by_table if t is not None)
-        ours = {mode: _our_topics(kafka_broker.bootstrap_servers, f"{mode}{db}", db, tables) for mode in MODES}
-        capture = Capture(theirs, ours, db, "postgres", POSTGRES_KNOWN)
-        capture.dump(work)
-        yield capture
+        yield _capture("postgres", debezium, jobs, write_changes, db, kafka_broker.bootstrap_servers, work,
+                       POSTGRES_KNOWN)
     finally:
         postgres_server.drop_database(db)
 
