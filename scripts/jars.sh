@@ -3,8 +3,8 @@
 #   jars/spark/  delta-spark, spark-sql-kafka, JDBC drivers: every Spark session's spark.jars
 #                (jars pyspark already ships are dropped: pyspark's copies win);
 #   jars/kafka/  Apache Kafka's broker (KRaft), for `python -m cdc sandbox kafka` and the tests;
-#   jars/debezium/  Debezium 3.5's embedded engine and connectors, and the capture harness compiled
-#                from jvm/debezium/src (tests/test_debezium_differential.py runs it).
+#   jars/debezium/  Debezium 3.5's embedded engine and connectors, and the harnesses compiled from
+#                jvm/debezium/src (tests/test_debezium_differential.py, benchmarks/kafka_bench.py).
 # Skips a folder whose pom (and sources) have not changed since it was resolved (a stamp holds
 # their hash).
 # Usage: scripts/jars.sh [python]   (the interpreter that has pyspark; default .venv/bin/python)
@@ -55,4 +55,4 @@ kept = sorted(n for n in os.listdir(ours) if n.endswith(".jar"))
 print(f"jars: {len(kept)} jars in {ours} for Spark (pyspark {pyspark.__version__} ships the rest)")
 PYEOF
 echo "jars: $(ls "$OUT/kafka" | grep -c '\.jar$') jars in $OUT/kafka for the Kafka broker"
-echo "jars: $(ls "$OUT/debezium" | grep -c '\.jar$') jars in $OUT/debezium for Debezium (tests)"
+echo "jars: $(ls "$OUT/debezium" | grep -c '\.jar$') jars in $OUT/debezium for Debezium (the differential tests, benchmarks/kafka_bench.py)"
