@@ -230,9 +230,10 @@ def _named(name: str) -> Callable[[Run], bool]:
 
 
 def summary(runs: list[Run]) -> dict[str, Any]:
-    """Per phase: each tool's rows/s (the median of its runs), the faster peer, and our ratio
-    against it: the median of the pairs' ratios when that peer ran in pairs with ours
-    (:meth:`PeerBench.snapshots`), else the ratio of the medians."""
+    """Per phase: each tool's rows/s (the median of its runs), the faster tuned peer (a peer as
+    shipped only where no tuned run succeeded: a noisy machine can put one ahead, but the goals
+    are against the tuned peers), and our ratio against it: the median of the pairs' ratios when
+    that peer ran in pairs with ours (:meth:`PeerBench.snapshots`), else the ratio of the medians."""
     out: dict[str, Any] = {}
     for phase in ("snapshot", "catch-up"):
         here = [r for r in runs if r.phase == phase and r.rows]  # a failed run has no rows
@@ -240,7 +241,8 @@ def summary(runs: list[Run]) -> dict[str, Any]:
         for r in here:
             rates.setdefault(r.name, []).append(r.rate)
         ours = next((r.name for r in here if r.tool == "ours"), None)
-        peers = {n: statistics.median(v) for n, v in rates.items() if n != ours}
+        tuned = {r.name for r in here if r.setting == "tuned"}
+        peers = {n: statistics.median(v) for n, v in rates.items() if n != ours and (n in tuned or not tuned)}
         if not peers or ours is None:
             continue
         best = max(peers, key=lambda n: peers[n])
