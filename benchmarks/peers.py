@@ -261,10 +261,11 @@ def table_text(runs: list[Run]) -> str:
     for phase in ("snapshot", "catch-up"):
         here = [r for r in runs if r.phase == phase]
         mine = [r for r in here if r.tool == "ours"]
-        # a paired peer run against its own pair's ours, any other against ours' last run
-        partner = {id(b): o for o, b in pairs(here, lambda r: r.tool == "ours", lambda r: r.tool != "ours")}
+        # a paired peer run (PostgreSQL: both tuned peers) against its own pair's ours, any other
+        # against ours' last run
+        partner = {r.detail["pair"]: r for r in mine if "pair" in r.detail}
         for r in here:
-            ours = partner.get(id(r), mine[-1] if mine else None)
+            ours = partner.get(r.detail.get("pair"), mine[-1] if mine else None)
             ratio = f"{ours.rate / r.rate:.2f}x" if ours is not None and r.tool != "ours" and r.rate else ""
             out.append(f"{phase:<9} {r.name:<28} {r.rows:>10,} {r.seconds:>8.2f} {r.rate:>10,.0f} {ratio:>7}  "
                        f"{r.writes}")
