@@ -284,9 +284,12 @@ def chart(result: dict[str, Any], path: Path) -> None:
     fig.subplots_adjust(hspace=0.45)
     for ax, phase in zip(axes[:, 0], phases, strict=True):
         runs = [r for r in result["runs"] if r["phase"] == phase]
-        labels = [r["name"] + ("" if r["tool"] == "ours" else " (counts, writes nothing)") for r in runs]
-        ax.barh(labels, [r["rows_per_s"] for r in runs],
+        labels = [r["name"] + ("" if r["tool"] == "ours" else " (counts, writes nothing)")
+                  + (f" [pair {r['detail']['pair'] + 1}]" if "pair" in r["detail"] else "") for r in runs]
+        ys = list(range(len(runs)))  # a bar per run: a tool's paired runs share its name
+        ax.barh(ys, [r["rows_per_s"] for r in runs],
                 color=["#d62728" if r["tool"] == "ours" else "#1f77b4" for r in runs])
+        ax.set_yticks(ys, labels)
         for i, r in enumerate(runs):
             ax.text(r["rows_per_s"], i, f" {r['rows_per_s']:,}/s  {r['seconds']:.1f}s", va="center", fontsize=8)
         ax.invert_yaxis()
