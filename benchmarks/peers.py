@@ -4,7 +4,8 @@ Run: ``.venv/bin/python benchmarks/peers.py [--source mariadb|postgres] [--scale
 [--parallelism 2] [--burst N]`` (``make bench`` runs it for each source at scale 100 with every
 setting and a 300k-update burst; ``--quick`` drops the as-shipped snapshots, which are the slow
 part (Flink CDC's as shipped waits on a 500 ms poll for every chunk: minutes at scale 100), and
-bursts 100k updates: a few minutes on 2 cores; ``make bench-quick`` runs it at scale 10). The
+bursts 100k updates: a few minutes on 2 cores; ``make bench-quick`` runs it at scale 10 on
+MariaDB, at scale 1 on PostgreSQL). The
 catch-ups always run as shipped and tuned (PEERS.md). ``--build-only`` builds the harnesses and
 exits (``scripts/setup.sh --bench`` does it).
 
