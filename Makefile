@@ -63,6 +63,7 @@ bench: setup
 	$(PY) benchmarks/tpcds_customer.py --scale 100
 	$(PY) benchmarks/postgres_bench.py --scale 100
 	$(PY) benchmarks/peers.py --scale 100
+	$(PY) benchmarks/peers.py --source postgres --scale 100
 	$(PY) benchmarks/kafka_bench.py --scale 1
 
 # Every benchmark in its quick form (fewer phases, smaller tables): under 10 minutes on 2 cores. Results
@@ -72,6 +73,7 @@ bench-quick: setup
 	$(PY) benchmarks/tpcds_customer.py --scale 10 --quick
 	$(PY) benchmarks/postgres_bench.py --scale 1 --quick
 	$(PY) benchmarks/peers.py --scale 10 --quick
+	$(PY) benchmarks/peers.py --source postgres --scale 1 --quick
 	$(PY) benchmarks/kafka_bench.py --scale 1 --quick
 
 clean:

@@ -62,7 +62,7 @@ echo "setup: installing spark-cdc[$EXTRAS] into $VENV"
 # (10-16 s) rather than by the first MySQL job's worker daemon, which loads them before it forks
 "$VENV/bin/python" -c 'from binlog.mysql import rows_kernels; rows_kernels.load()'
 scripts/jars.sh "$VENV/bin/python"
-if (( want_bench )); then  # the Flink CDC and Debezium harnesses of benchmarks/peers.py (Maven Central, once)
+if (( want_bench )); then  # the Flink CDC and Debezium harnesses of benchmarks/peers.py, MariaDB and PostgreSQL (Maven Central, once)
   "$VENV/bin/python" benchmarks/peers.py --build-only
 fi
 echo "setup: done ($("$VENV/bin/python" -c 'import pyspark; print("pyspark", pyspark.__version__)'), $(java -version 2>&1 | head -1))"

@@ -18,7 +18,7 @@ from test_kafka_sink import CUSTOMERS, config, customer, sink_for, staged
 
 from cdc.app.sandbox.kafka import KafkaSandbox
 from cdc.model.debezium.headers import context_headers
-from sinks.kafka.messages import Message, encode_rows, with_headers
+from sinks.stream.messages import Message, encode_rows, with_headers
 
 PARTITIONS = 5
 

@@ -13,7 +13,7 @@ from binlog.registry import source_configs
 from cdc.model import config as model
 from cdc.model.config import JobConfig
 from cdc.model.errors import ConfigError
-from sinks.registry import SINKS, sink_configs
+from sinks.registry import sink_configs
 
 DEFAULT_SOURCE, DEFAULT_SINK = "mysql", "delta"
 
@@ -56,8 +56,8 @@ def config_reference() -> str:
     for name, config in sorted(source_configs().items()):
         sections += _sections("source.", config, model.SourceConfig, name)
     sections.append(("sink.", model.SinkConfig, None, ""))
-    for name, sink in sorted(SINKS.items()):
-        sections += _sections("sink.", sink.config_class, model.SinkConfig, name)
+    for name, sink in sorted(sink_configs().items()):
+        sections += _sections("sink.", sink, model.SinkConfig, name)
     return model.config_reference(sections)
 
 

@@ -11,11 +11,11 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from cdc.app.sandbox.mysql import Sandbox, start_sandbox
-
 
 def _mysql() -> tuple[list[str], Callable[[], None]]:
-    box: Sandbox = start_sandbox()
+    from cdc.app.sandbox.mysql import start_sandbox
+
+    box = start_sandbox()
     c = box.cdc
     lines = [f"{box.flavor} on {c.host}:{c.port} (binlog ROW/FULL, GTIDs, server_id 1)",
              f"  admin: user {box.admin.user!r}, empty password",
