@@ -220,6 +220,17 @@ def test_a_zombie_producer_is_fenced(kafka_broker: KafkaSandbox, tmp_path: Any) 
     assert len(read_topic(c.bootstrap_servers, c.topic(s.table_id))) == 1
 
 
+def test_two_kafka_sinks_of_one_job_do_not_fence_each_other(kafka_broker: KafkaSandbox, tmp_path: Any) -> None:
+    s = SINGLE_KEY
+    first, second = config(kafka_broker, tmp_path / "a"), config(kafka_broker, tmp_path / "b")
+    sinks = [sink_for(first, s), sink_for(second, s)]  # a job's `sink:` list, in order
+    for i in range(2):
+        for sink in sinks:
+            assert sink.commit(i, [staged(sink, s, [event("c", None, row(s, (i,)), i + 1)])])[0].changes
+    for c in (first, second):
+        assert len(read_topic(c.bootstrap_servers, c.topic(s.table_id))) == 2
+
+
 # ------------------------------------------------------------------ errors
 
 def test_an_unreachable_broker_names_bootstrap_servers(tmp_path: Any) -> None:

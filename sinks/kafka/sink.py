@@ -88,7 +88,9 @@ class KafkaSink(Sink):
         super().__init__(config, job_id, spark, hooks)
         self.kafka = config
         self.staging = config.staging_root(job_id)
-        self.transactional_id = f"spark-cdc-{job_id}"
+        # one per job and topic prefix: two Kafka sinks of one job (a fan-out to two prefixes or
+        # clusters) must not fence each other; a restart of the job fences its old producer
+        self.transactional_id = f"spark-cdc-{job_id}-{config.topic_prefix}"
         self.producer: Producer | None = None
         self.last_batch: int | None = None  # None: unknown, read the control topic first
         self.schema_versions: dict[str, int] = {}  # per table, the newest version published
@@ -241,7 +243,7 @@ class KafkaSink(Sink):
                 counts[topic] = n
             key, value = marker(self.job_id, batch_id, counts, schema_versions)
             self._produce(producer, self.kafka.commits_topic(), Message(key, value, "", ""), delivered)
-            left = producer.flush(self.kafka.commit_timeout_s)
+            left = _serve(producer.flush, self.kafka.commit_timeout_s)
             self._check(failures, batch_id)
             if left:
                 raise _Retry(f"{left} messages not acknowledged within {self.kafka.commit_timeout_s:g}s")
@@ -268,7 +270,7 @@ class KafkaSink(Sink):
                                  on_delivery=delivered)
                 return
             except BufferError:  # the local queue is full: let deliveries drain it
-                producer.poll(0.05)
+                _serve(producer.poll, 0.05)
 
     def _check(self, failures: list[tuple[KafkaError, str, bytes | None]], batch_id: int) -> None:
         if not failures:
@@ -288,3 +290,18 @@ class KafkaSink(Sink):
         if self.producer is not None:
             self.producer.flush(self.kafka.commit_timeout_s)
         self.producer = None
+
+
+
+def _serve(call: Any, timeout: float) -> int:
+    """``producer.flush`` or ``producer.poll``, which run the delivery callbacks: a fatal error
+    (a fenced producer) that confluent-kafka 2.16 raises while a callback runs surfaces as a
+    SystemError whose cause is the KafkaException; that KafkaException is raised instead.
+    """
+    try:
+        served: int = call(timeout)
+    except SystemError as exc:
+        if isinstance(exc.__cause__, KafkaException):
+            raise exc.__cause__ from None
+        raise
+    return served
