@@ -250,7 +250,7 @@ TABLES: dict[str, tuple[Callable[[list[tuple[str, str]]], list[str]], list[tuple
                             ("--scale 100 at 30ed98a", "tpcds_customer-2026-12-03-sf100-30ed98a.json"),
                             ("--full", "tpcds_customer-2026-11-22-sf100-full.json"),
                             ("--burst 2000000", "tpcds_customer-2026-11-26-sf100-burst2000000.json")],
-              "docs/performance.md"),
+              "docs/performance/history.md"),
     "peers": (peers_table, [("make bench-quick", "peers-2026-12-03-sf10-quick.json"),
                             ("make bench-quick at 3f149bf", "peers-2026-11-28-sf10-quick.json"),
                             ("--quick", "peers-2026-11-28-sf100-quick.json"),
@@ -267,7 +267,7 @@ TABLES: dict[str, tuple[Callable[[list[tuple[str, str]]], list[str]], list[tuple
                             ("--quick at aae827b", "peers-2026-12-02-sf100-quick-aae827b.json"),
                             ("--quick --rounds 3 at 2e03751", "peers-2026-12-02-sf100-quick-2e03751.json"),
                             ("--quick --rounds 3 at 661663d", "peers-2026-12-02-sf100-quick-661663d.json")],
-              "docs/performance.md"),
+              "docs/performance/history.md"),
 }
 
 
