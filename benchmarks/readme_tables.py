@@ -1,4 +1,4 @@
-"""The benchmark tables of README.md and docs/performance.md, generated from the result JSON in
+"""The benchmark tables of README.md and docs/performance/history.md, generated from the result JSON in
 ``benchmarks/results/``.
 
 Each table sits between ``<!-- bench:NAME -->`` and ``<!-- /bench:NAME -->`` in its document and

@@ -150,7 +150,7 @@ def check_names(spark: Any, config: DeltaSinkConfig, schemas: dict[TableId, Tabl
         log.warning("the Spark session has no Delta SQL support, so the tables are not registered by name "
                     "(they stay readable by path): build it with spark.sql.extensions="
                     "io.delta.sql.DeltaSparkSessionExtension and spark.sql.catalog.spark_catalog="
-                    "org.apache.spark.sql.delta.catalog.DeltaCatalog (README, Run on a cluster)")
+                    "org.apache.spark.sql.delta.catalog.DeltaCatalog (docs/operating/deployment.md)")
         return False
     for db, table, uri in _names(config, schemas):
         _ours(spark, db, table, uri)
