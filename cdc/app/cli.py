@@ -236,9 +236,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_status)
 
     p = sub.add_parser("validate", help="check a job file without running it",
-                       description="Check a job file without running it; with --check-connection, also "
-                                   "the source (MySQL, MariaDB, PostgreSQL): grants, log settings, retention, "
-                                   "tables, each missing prerequisite with the statement that fixes it.")
+                       description="Check a job file (its source: MySQL, MariaDB or PostgreSQL; its sinks: "
+                                   "Delta, Kafka) without running it; with --check-connection, also connect to "
+                                   "the source and list its grants, log settings, retention and tables, each "
+                                   "missing prerequisite with the statement that fixes it.")
     p.add_argument("--config", required=True, help="the job's YAML file")
     p.add_argument("--check-connection", action="store_true",
                    help="also connect and run the start-up checks (settings, privileges, tables)")
@@ -279,7 +280,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     from cdc.app.sandbox import SANDBOXES
 
-    p = sub.add_parser("sandbox", help="a throwaway MariaDB, PostgreSQL or Kafka (temp folder, free port) until Ctrl-C")
+    p = sub.add_parser("sandbox", help="a throwaway MariaDB, PostgreSQL or Kafka (temp folder, free port) until Ctrl-C",
+                       description="Start a throwaway server until Ctrl-C, in a temp folder on a free port: "
+                                   "mysql (MariaDB, configured for CDC, with a CDC user), postgres (PostgreSQL, "
+                                   "wal_level=logical, with a CDC role) or kafka (one KRaft broker). It prints "
+                                   "the export line that the getting-started pages use.")
     p.add_argument("kind", choices=sorted(SANDBOXES), help="which server")
     p.set_defaults(func=_cmd_sandbox)
 
