@@ -362,20 +362,24 @@ def render(document: str, text: str) -> str:
     return text
 
 
+def sync(wanted: dict[str, str], check: bool) -> list[str]:
+    """Write each generated document (its path from the repository's root -> the text it should
+    hold) whose file differs, or with ``check`` only find them; returns those that differed.
+    scripts/docs_pages.py writes the docs' reference pages with it too."""
+    stale = [name for name, text in wanted.items()
+             if not (ROOT / name).exists() or (ROOT / name).read_text() != text]
+    if not check:
+        for name in stale:
+            (ROOT / name).write_text(wanted[name])
+    return stale
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0] if __doc__ else None)
     p.add_argument("--check", action="store_true", help="exit 1 when a document's tables differ from the JSON")
     args = p.parse_args()
-    stale = []
-    for document in sorted({where for _, _, where in TABLES.values()}):
-        path = ROOT / document
-        current = path.read_text()
-        wanted = render(document, current)
-        if wanted == current:
-            continue
-        stale.append(document)
-        if not args.check:
-            path.write_text(wanted)
+    documents = sorted({where for _, _, where in TABLES.values()})
+    stale = sync({d: render(d, (ROOT / d).read_text()) for d in documents}, args.check)
     if args.check and stale:
         print(f"{', '.join(stale)}: the benchmark tables differ from benchmarks/results: run "
               "python benchmarks/readme_tables.py", file=sys.stderr)

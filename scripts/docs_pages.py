@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 os.environ["COLUMNS"] = "100"  # argparse wraps the help texts at the terminal's width: fix it
 
 CONFIGURATION_INTRO = """\
@@ -75,18 +75,12 @@ PAGES = {"docs/reference/configuration.md": configuration_page, "docs/reference/
 
 
 def main() -> int:
+    from readme_tables import sync  # benchmarks/: the same write-or-check as the benchmark tables
+
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0] if __doc__ else None)
     p.add_argument("--check", action="store_true", help="exit 1 when a page differs from the code")
     args = p.parse_args()
-    stale = []
-    for name, render in PAGES.items():
-        path = ROOT / name
-        wanted = render()
-        if path.exists() and path.read_text() == wanted:
-            continue
-        stale.append(name)
-        if not args.check:
-            path.write_text(wanted)
+    stale = sync({name: render() for name, render in PAGES.items()}, args.check)
     if args.check and stale:
         print(f"{', '.join(stale)}: generated from the code, and stale: run python scripts/docs_pages.py",
               file=sys.stderr)
