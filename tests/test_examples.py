@@ -14,8 +14,8 @@ fixtures, started by the same code as ``python -m cdc sandbox``):
   Blocks in other languages (``ini``, ``sql``: a server's own settings) are not run either.
 
 README's quick start must be the getting-started page's blocks, verbatim, so one run covers both.
-Each page takes one to three job runs (a Spark driver each, about 10 s) and one ``python -m cdc
-sql`` at most.
+A page takes one or two job runs and one ``python -m cdc sql`` at most (a Spark driver each,
+about 10 s on a quiet machine).
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 from cdc.app.sandbox import kafka_lines, mysql_lines, postgres_lines
 from cdc.app.sandbox.kafka import KafkaSandbox
@@ -173,6 +175,7 @@ def _fresh_shop(mysql: Sandbox | None = None, postgres: PostgresSandbox | None =
         drop()
 
 
+@pytest.mark.slow  # four Spark drivers in a row (two runs, two queries): about a minute on 2 cores
 def test_mysql_page_then_reading_page_run_as_written(tmp_path: Path, mysql_server: Sandbox) -> None:
     """The quick start, then the reading page on the tables it made (one test: one quick start)."""
     exports = _exports(mysql_lines(mysql_server))
