@@ -253,6 +253,35 @@ def kafka_table(files: list[tuple[str, str]]) -> list[str]:
     return out
 
 
+def delta_engines_table(files: list[tuple[str, str]]) -> list[str]:
+    """A MERGE of random keys into the same mirror by each engine (``delta_engines.py`` runs):
+    seconds per MERGE by keys per batch, one line per engine and file."""
+    out = ["| run | engine | 1,000 keys | 10,000 keys | 100,000 keys | changelog append of 100,000 rows |",
+           "| --- | --- | --- | --- | --- | --- |"]
+    for label, f in files:
+        run = _load(f)
+        for engine, sizes in run["results"].items():
+            merges = " | ".join(f"{sizes[n]['merge_s']:.2f} s" for n in ("1000", "10000", "100000"))
+            out.append(f"| `{label}` ({run['rows']:,}-row mirror) | {engine} | {merges} | {sizes['100000']['append_s']:.2f} s |")
+    return out
+
+
+def mirror_merges_table(files: list[tuple[str, str]]) -> list[str]:
+    """Repeated MERGEs of 1,000 random keys into one large mirror (``mirror_merges.py`` runs)."""
+    out = ["| run | mirror rows | MERGEs | the first | the median of the others |", "| --- | --- | --- | --- | --- |"]
+    for label, f in files:
+        run = _load(f)
+        out.append(f"| `{label}` | {run['rows']:,} | {len(run['seconds'])} of {run['keys']:,} keys "
+                   f"| {run['first_s']:.2f} s | {run['median_rest_s']:.2f} s |")
+    return out
+
+
+def maintenance_table(files: list[tuple[str, str]]) -> list[str]:
+    """The job's compaction and VACUUM on and off (``maintenance_bench.py``, which renders its own table)."""
+    (_, f), = files
+    return str(_load(f)["markdown"]).strip().splitlines()
+
+
 GOAL_RUNS = {"mysql": "MariaDB", "postgres": "PostgreSQL", "peers": "the peers",
              "mysql 2M": "MariaDB's 2M-update backlog", "postgres 2M": "PostgreSQL's 2M-update backlog"}
 
@@ -297,6 +326,13 @@ TABLES: dict[str, tuple[Callable[[list[tuple[str, str]]], list[str]], list[tuple
     "kafka-current": (kafka_table, [("make bench", "kafka_bench-2026-11-28-sf1.json"),
                                     ("make bench-quick", "kafka_bench-2026-12-03-sf1-quick.json")],
                       "docs/performance/index.md"),
+    "delta-engines-current": (delta_engines_table, [("newest", "delta_engines-2026-11-26-2000000.json"),
+                                                    ("before", "delta_engines-2026-11-25-2000000.json")],
+                              "docs/performance/index.md"),
+    "mirror-merges-current": (mirror_merges_table, [("after the key index", "mirror_merges-2026-11-28-12000000-64904c5.json"),
+                                                    ("before it", "mirror_merges-2026-11-28-12000000-7ac1dd3.json")],
+                              "docs/performance/index.md"),
+    "maintenance-current": (maintenance_table, [("newest", "maintenance-2026-11-26.json")], "docs/performance/index.md"),
     "tpcds": (tpcds_table, [("make bench-quick", "tpcds_customer-2026-12-03-sf10-quick.json"),
                             ("make bench-quick at 3f149bf", "tpcds_customer-2026-11-28-sf10-quick.json"),
                             ("--scale 10 --quick", "tpcds_customer-2026-11-28-sf10-quick-ff3a456.json"),
