@@ -62,8 +62,8 @@ from cdc.app.sandbox.kafka import KafkaSandbox, start_kafka_sandbox
 from cdc.model.config import DEFAULT_CHUNK_SIZE, JobConfig
 from cdc.spark.session import local_session
 from sinks.kafka.config import KafkaSinkConfig
-from sinks.kafka.messages import encode_rows
 from sinks.kafka.sink import KafkaSink
+from sinks.stream.messages import encode_rows
 
 RESULTS = Path(__file__).with_name("results")
 TARGET_RATIO = 0.5

@@ -236,6 +236,16 @@ class Sink(ABC):
         self.spark = spark
         self.hooks = hooks
 
+    def needs_spark(self, schemas: dict[TableId, TableSchema], catalog: str | None) -> bool:
+        """Whether :meth:`open` and :meth:`commit` need the job's Spark session for ``schemas``
+        (driver). A ``--once`` run with nothing to do starts no Spark when no sink needs it.
+
+        Args:
+            schemas: the captured tables.
+            catalog: the folder of the job's own catalog (a local job's), None for a shared one.
+        """
+        return False
+
     @abstractmethod
     def writer(self) -> SinkWriter:
         """The executor side, to pickle into the stream's tasks."""

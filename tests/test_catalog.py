@@ -92,6 +92,10 @@ def test_tables_by_name_outlive_the_job_cdc_sql_prints_them_and_a_taken_name_is_
     assert (run := cdc("run", "--config", str(prefixed), "--once")).returncode == 0, run.stderr[-3000:]
     assert f"registered 2 tables by name: copy_{database}.t, copy_{database}.t_changelog" in run.stderr
 
+    # nothing to do, names recorded: the run decides and reports that without starting Spark
+    assert (run := cdc("run", "--config", config, "--once")).returncode == 0, run.stderr[-3000:]
+    assert "(Spark not started)" in run.stderr and "0 batch(es)" in run.stdout, run.stderr[-3000:]
+
     # the first names still read the first lake
     table = cdc("sql", "--config", config, f"SELECT count(*) AS n FROM {database}.t")
     assert table.returncode == 0, table.stderr[-3000:]

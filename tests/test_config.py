@@ -133,3 +133,14 @@ def test_config_reference_lists_every_key_with_a_meaning() -> None:
         assert f"| `{key}` |" in reference
     rows = [line for line in reference.splitlines()[2:] if line.startswith("| `")]
     assert all(not line.endswith("|  |") for line in rows), "a field has no description"
+
+
+def test_every_registered_sink_serves_its_own_type_with_its_own_config_model() -> None:
+    from sinks.registry import SINK_NAMES, config_class, sink_class, sink_module
+
+    for name in SINK_NAMES:
+        assert sink_class(name).name == name
+        assert sink_class(name).config_class is config_class(name)
+        assert sink_class(name).__module__ == sink_module(name)
+    with pytest.raises(ConfigError, match=r"sink\.type 'nope' is not one of"):
+        sink_class("nope")

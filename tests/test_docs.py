@@ -18,7 +18,7 @@ import pytest
 
 from binlog.registry import source_configs
 from cdc.app.cli import build_parser
-from sinks.registry import SINKS
+from sinks.registry import SINK_NAMES
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,7 +40,7 @@ def test_the_benchmark_tables_are_the_results_json() -> None:
 
 def _kinds() -> list[str]:
     """Every registered ``source.type`` and ``sink.type``."""
-    return sorted(source_configs()) + sorted(SINKS)
+    return sorted(source_configs()) + sorted(SINK_NAMES)
 
 
 @pytest.mark.parametrize("command", [None, "run", "validate", "sandbox"])

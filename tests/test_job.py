@@ -17,6 +17,7 @@ import yaml
 from faults import FileFaults
 from pipeline import Pipeline, assert_mirror_equals_source
 
+from cdc.app import runner as runner_module
 from cdc.app.cli import main
 from cdc.app.config import parse_config
 from cdc.app.runner import JobFailed, JobRunner
@@ -280,6 +281,45 @@ def test_a_failure_mid_run_is_one_line_and_the_next_run_resumes(
     summary = JobRunner(config, spark).run(once=True)
     assert summary.tables[f"{database}.t"]["mirror rows"] == 250
     assert summary.tables[f"{database}.t"]["changelog rows"] == 250
+
+
+# --- a --once run with nothing to do ---------------------------------------------------------------
+
+def test_a_once_run_with_nothing_to_do_starts_no_spark_and_one_with_work_or_a_replay_does(
+    spark: Any, mysql_server: Sandbox, database: str, admin: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with admin.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY)")
+        cur.execute("INSERT INTO t VALUES " + ",".join(f"({i})" for i in range(250)))
+    raw = raw_config(mysql_server, database, tmp_path)
+    raw["sink"]["register_tables"] = False  # names would need this session's catalog (tests/test_catalog.py)
+    config = config_of(raw)
+    JobRunner(config, spark).run(once=True)
+    sessions: list[JobConfig] = []
+
+    def session(c: JobConfig) -> Any:  # a tripwire: the runner asks for a session only to run Spark
+        sessions.append(c)
+        return spark
+
+    monkeypatch.setattr(runner_module, "job_session", session)
+    table = f"{database}.t"
+    idle = JobRunner(config).run(once=True)
+    assert (sessions, idle.batches) == ([], 0)
+    assert (idle.tables[table]["mirror rows"], idle.tables[table]["changelog rows"]) == (250, 250)
+
+    with admin.cursor() as cur:
+        cur.execute("INSERT INTO t VALUES (250)")
+    done = JobRunner(config).run(once=True)
+    assert len(sessions) == 1 and done.batches >= 1
+    assert (done.tables[table]["mirror rows"], done.tables[table]["changelog rows"]) == (251, 251)
+
+    # Spark's commit log lost its last entry (a driver killed after the sinks' commit): Spark replays it
+    commits = tmp_path / "checkpoint" / "commits"
+    max(commits.iterdir(), key=lambda f: int(f.name) if f.name.isdigit() else -1).unlink()
+    replayed = JobRunner(config).run(once=True)
+    assert len(sessions) == 2
+    assert (replayed.tables[table]["mirror rows"], replayed.tables[table]["changelog rows"]) == (251, 251)
+    assert JobRunner(config).run(once=True).batches == 0 and len(sessions) == 2
 
 
 # --- secrets -------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Topic -> Delta follower (sinks/kafka/follow.py, ``python -m cdc follow-topic``) against real servers.
+"""Topic -> Delta follower (sinks/follow.py with sinks/kafka/follow.py, ``python -m cdc follow-topic``) against real servers.
 
 The real job captures a MariaDB table into the real broker (``type: kafka``); the follower reads
 the topic with Spark's Kafka source (read_committed) and MERGEs it into Delta. After the snapshot,
@@ -20,7 +20,7 @@ import yaml
 from binlog.mysql.types import mysql_column, mysql_table
 from cdc.app.cli import main
 from cdc.app.config import parse_config
-from cdc.app.follow import follow_topics, kafka_sink
+from cdc.app.follow import follow_topics, stream_sink
 from cdc.app.runner import JobRunner
 from cdc.app.sandbox.kafka import KafkaSandbox
 from cdc.app.sandbox.mysql import Sandbox
@@ -28,7 +28,7 @@ from cdc.model.config import JobConfig
 from cdc.model.errors import ConfigError
 from cdc.model.schema import TableId
 from sinks.delta.tables import read_table
-from sinks.kafka.follow import followed_tables
+from sinks.follow import followed_tables
 
 COLUMNS = ("id", "name", "amount", "created", "t")
 
@@ -108,10 +108,11 @@ def test_follower_refuses_a_job_without_kafka_and_a_keyless_table(mysql_server: 
     delta_only = job(mysql_server, database, kafka_broker, tmp_path, True, type="delta",
                      path=str(tmp_path / "lake"))
     with pytest.raises(ConfigError, match="no `type: kafka` sink"):
-        kafka_sink(delta_only)
+        stream_sink(delta_only)
+    assert stream_sink(config, "kafka") is config.sink[0]
     logs = mysql_table(TableId(database, "logs"), (mysql_column("msg", "varchar", "varchar(10)", True),), ())
     with pytest.raises(ConfigError, match=f"table {database}.logs has no primary key"):
-        followed_tables(kafka_sink(config), {logs.table_id: logs}, str(tmp_path / "delta"))
+        followed_tables(stream_sink(config), {logs.table_id: logs}, str(tmp_path / "delta"))
 
 
 def test_follow_topic_command_names_the_fix(tmp_path: Path, mysql_server: Sandbox, database: str,
@@ -125,6 +126,6 @@ def test_follow_topic_command_names_the_fix(tmp_path: Path, mysql_server: Sandbo
         "sink": {"path": str(tmp_path / "lake")}, "checkpoint": str(tmp_path / "checkpoint")}))
     assert main(["follow-topic", "--config", str(path), "--target", str(tmp_path / "delta")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["error: sink: the job has no `type: kafka` sink: follow-topic reads the topics a kafka "
-                   "sink writes; add one to `sink:`"]
+    assert err == ["error: sink: the job has no `type: kafka` sink: follow-topic reads the topics a "
+                   "stream-store sink writes; add one to `sink:`"]
     assert mysql_server.cdc.password not in "\n".join(err)

@@ -17,7 +17,7 @@ from change_batches import batch, event
 from test_kafka_sink import CUSTOMERS, config, customer, sink_for, staged
 
 from cdc.app.sandbox.kafka import KafkaSandbox
-from sinks.kafka.messages import Message, encode_rows, with_headers
+from sinks.stream.messages import Message, encode_rows, with_headers
 
 PARTITIONS = 5
 

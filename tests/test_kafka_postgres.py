@@ -36,7 +36,7 @@ from cdc.model.schema import TableId, TableSchema
 from cdc.spark.state import StateStore
 from sinks.base import InvalidChangeBatch
 from sinks.kafka.config import KafkaSinkConfig
-from sinks.kafka.messages import NEW_KEY_HEADER, OLD_KEY_HEADER, encode_rows
+from sinks.stream.messages import NEW_KEY_HEADER, OLD_KEY_HEADER, encode_rows
 
 SOURCE_FIELDS = [name for name, _, _ in POSTGRES_SOURCE_FIELDS]
 

@@ -40,8 +40,8 @@ from sinks.kafka.control import (
     last_committed_batch,
 )
 from sinks.kafka.logs import LOGGER_NAME, Repeats
-from sinks.kafka.messages import MessageTooLarge, encode_rows
 from sinks.kafka.sink import KafkaCommitFailed, KafkaSink, ProducerFenced
+from sinks.stream.messages import MessageTooLarge, encode_rows
 
 CUSTOMERS = mysql_table(TableId("inventory", "customers"), (
     mysql_column("id", "int", "int(11)", False),

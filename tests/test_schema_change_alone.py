@@ -39,8 +39,8 @@ from sinks.base import SchemaStep, TableBatch, staged_files
 from sinks.delta.config import DeltaSinkConfig
 from sinks.delta.files import DeltaFileWriter
 from sinks.kafka.config import KafkaSinkConfig
-from sinks.kafka.messages import KafkaStageWriter
 from sinks.kafka.sink import KafkaSink
+from sinks.stream.messages import StreamStageWriter
 
 ADD = "ALTER TABLE t ADD COLUMN note VARCHAR(20)"
 WIDEN = "ALTER TABLE t MODIFY qty BIGINT"
@@ -78,7 +78,7 @@ def test_a_ddl_without_rows_is_staged_as_a_schema_step_and_published_from_it(tmp
     change = SchemaChange(1, ADD, {"connector": "mysql", "pos": 10, "ts_ms": 5}, wider)
     rows = with_schema(envelope_schema(wider).empty_table(), wider, 1, change)
     kafka = KafkaSinkConfig(bootstrap_servers="127.0.0.1:1", staging_path=str(tmp_path / "kafka"))
-    writers = [KafkaStageWriter(kafka, str(tmp_path / "kafka")), DeltaFileWriter(DeltaSinkConfig(path=str(tmp_path)))]
+    writers = [StreamStageWriter(kafka, str(tmp_path / "kafka")), DeltaFileWriter(DeltaSinkConfig(path=str(tmp_path)))]
     steps = [w.stage(BASE, rows, "changes") for w in writers]
     for [item] in steps:
         assert SchemaStep.is_step(item) and staged_files([item]) == []

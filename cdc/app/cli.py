@@ -18,7 +18,8 @@ Commands:
                     Ctrl-C, for trying it out.
   pipeline run      run a Spark Declarative Pipeline (``spark-pipeline.yml``) that reads a source
                     through ``cdc.app.pipelines``, with the project's jars and a kept catalog.
-  follow-topic      keep Delta tables up to date from a job's Kafka topics (docs/sinks/kafka.md).
+  follow-topic      keep Delta tables up to date from a job's stream-store topics (Kafka:
+                    docs/sinks/kafka.md).
   config-reference  print every config key with its default and meaning (Markdown).
   version           print versions of spark-cdc and the engines it uses.
 
@@ -157,7 +158,8 @@ def _cmd_follow_topic(args: argparse.Namespace) -> int:
         return _fail(exc, args.config)
     try:
         follower = follow_topics(config, args.target, args.checkpoint, once=args.once,
-                                 max_offsets_per_trigger=args.max_offsets_per_trigger)
+                                 max_offsets_per_trigger=args.max_offsets_per_trigger,
+                                 sink_type=args.sink)
     except CdcError as exc:
         return _fail(exc)
     print(f"followed {len(follower.tables)} topic(s) into {args.target}", flush=True)
@@ -263,12 +265,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("query", help='e.g. "SELECT count(*) FROM shop.orders"')
     p.set_defaults(func=_cmd_sql)
 
-    p = sub.add_parser("follow-topic", help="keep Delta tables up to date from the job's Kafka topics")
-    p.add_argument("--config", required=True, help="the job's YAML file (its `type: kafka` sink and source)")
+    p = sub.add_parser("follow-topic", help="keep Delta tables up to date from the job's stream-store topics")
+    p.add_argument("--config", required=True, help="the job's YAML file (its stream-store sink and source)")
+    p.add_argument("--sink", help="the sink type to follow when the job has several stream-store sinks "
+                   "(default: the first)")
     p.add_argument("--target", required=True, help="root of the Delta tables (<target>/<db>/<table>)")
     p.add_argument("--checkpoint", help="the query's checkpoint (default <target>/_checkpoints/follow-topic)")
     p.add_argument("--once", action="store_true", help="read what the topics hold now, then exit")
-    p.add_argument("--max-offsets-per-trigger", type=int, help="Kafka messages per micro-batch at most")
+    p.add_argument("--max-offsets-per-trigger", type=int, help="messages per micro-batch at most")
     p.set_defaults(func=_cmd_follow_topic)
 
     p = sub.add_parser("pipeline", help="run a Spark Declarative Pipeline once, with the project's jars and a kept catalog")

@@ -13,7 +13,7 @@ from binlog.registry import source_configs
 from cdc.model import config as model
 from cdc.model.config import JobConfig
 from cdc.model.errors import ConfigError
-from sinks.registry import SINKS, sink_configs
+from sinks.registry import sink_configs
 
 DEFAULT_SOURCE, DEFAULT_SINK = "mysql", "delta"
 
@@ -59,9 +59,8 @@ def config_reference() -> str:
     for name, config in sorted(source_configs().items()):
         groups.append((f"`source.type: {name}`", _first_line(config), _sections("source.", config, model.SourceConfig)))
     groups.append(("`sink:`, every type", _first_line(model.SinkConfig), [("sink.", model.SinkConfig, None)]))
-    for name, sink in sorted(SINKS.items()):
-        groups.append((f"`sink.type: {name}`", _first_line(sink.config_class),
-                       _sections("sink.", sink.config_class, model.SinkConfig)))
+    for name, sink in sorted(sink_configs().items()):
+        groups.append((f"`sink.type: {name}`", _first_line(sink), _sections("sink.", sink, model.SinkConfig)))
     return "\n".join(f"## {title}\n\n{intro}\n\n" + model.config_reference([(*s, "") for s in sections])
                      for title, intro, sections in groups)
 

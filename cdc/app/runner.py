@@ -63,11 +63,11 @@ from cdc.model.storage import filesystem
 from cdc.spark.commit import BatchCommitter, BatchRecord
 from cdc.spark.metrics import observed
 from cdc.spark.session import fork_free_checkpoints
-from cdc.spark.source import HOLD_FILE, SourceSpec, packed_job_source, table_schemas
+from cdc.spark.source import HOLD_FILE, SourceSpec, packed_job_source, stream_reader, table_schemas
 from cdc.spark.state import StateStore
 from cdc.spark.visibility import check_visible
 from sinks.base import Sink
-from sinks.registry import SINKS, create_sink
+from sinks.registry import create_sink, sink_module
 
 log = logging.getLogger(__name__)
 
@@ -207,7 +207,7 @@ def job_session(config: JobConfig) -> Any:
 def job_modules(config: JobConfig) -> tuple[str, ...]:
     """The modules of the job's dialect and sinks: what its tasks import besides the task code,
     which the executors' Python daemon preloads (:mod:`cdc.spark.daemon`)."""
-    return (dialect_module(config.source.type), *dict.fromkeys(SINKS[s.type].__module__ for s in config.sink))
+    return (dialect_module(config.source.type), *dict.fromkeys(sink_module(s.type) for s in config.sink))
 
 
 def jvm_merges(config: JobConfig) -> bool:
@@ -295,9 +295,57 @@ class JobRunner:
         lock = CheckpointLock(store, self.paths.checkpoint)
         lock.acquire()  # before anything is written: a second job on this checkpoint stops here
         try:
-            return self._run(schemas, store, once, stop or threading.Event(), view)
+            idle = self._idle_run(schemas, store, view) if once else None
+            return idle if idle is not None else self._run(schemas, store, once, stop or threading.Event(), view)
         finally:
             lock.release()
+
+    def _idle_run(self, schemas: dict[TableId, TableSchema], store: StateStore,
+                  view: ProgressView | None) -> RunSummary | None:
+        """A ``--once`` run with nothing to do, without Spark: None when it has something to do,
+        or cannot tell without a session (driver).
+
+        Spark's available-now run would find that its source's latest offset is the offset of its
+        last committed batch, plan no batch and stop; starting its JVM for that is most of such a
+        run's time. So when the job would start its own local session, its checkpoint holds no
+        batch to replay, and no sink needs Spark to open, the same decision is made here: the
+        checkpoint is claimed (the source's identity checked), the planner's latest offset is
+        asked as Spark would ask it, and if it is the committed one the sinks open (their recovery
+        and checks run as always), close, and the summary is the run's.
+        """
+        if self.spark is not None or "PYSPARK_GATEWAY_PORT" in os.environ:  # a session exists already
+            return None
+        files = CheckpointFiles(self.paths.checkpoint)
+        last = files.last("offsets")
+        if last is None or files.last("commits") != last:  # a first run, or a batch to replay
+            return None
+        started = time.monotonic()
+        store.delete(HOLD_FILE)
+        job_id = claim_checkpoint(store, self.paths, source_identity(self.config, schemas), self.failover)
+        sinks = [create_sink(c, job_id, None, self.hooks) for c in self.config.sink]
+        if any(s.needs_spark(schemas, catalog_dir(self.config)) for s in sinks):
+            return None
+        committed = files.offset(last)
+        spec = SourceSpec(self.dialect, self.paths.state_dir, self.config.parallelism, (), self.hooks, schemas)
+        reader = stream_reader(spec)
+        try:
+            reader.prepareForTriggerAvailableNow()
+            if reader.latestOffset(committed, reader.getDefaultReadLimit()) != committed:
+                return None
+        finally:
+            reader.stop()
+        log.info("nothing to do since batch %d: the source's log and snapshot are where the checkpoint "
+                 "committed them (Spark not started)", last)
+        for sink in sinks:
+            sink.open(schemas)
+        committer = BatchCommitter(schemas, sinks, self.hooks)
+        tracker = ProgressTracker(self.dialect, self.config.source.chunk_size, job_totals(store, self.paths),
+                                  view if view is not None else choose_view())
+        try:
+            _finish(committer)
+        finally:
+            tracker.close()
+        return tracker.summary(committer, sinks, schemas, time.monotonic() - started)
 
     def _run(self, schemas: dict[TableId, TableSchema], store: StateStore, once: bool, stop: threading.Event,
              view: ProgressView | None) -> RunSummary:

@@ -114,7 +114,13 @@ def names_recorded(spark: Any, config: DeltaSinkConfig, schemas: dict[TableId, T
     """Whether the session's own catalog records every name of ``schemas`` as registered at its
     location by this sink (driver): :func:`check_names` and :func:`register_tables` have nothing to do."""
     record = _record(spark)
-    if record is None or not (record.parent / "metastore_db").is_dir():
+    return record is not None and names_recorded_in(record.parent, config, schemas)
+
+
+def names_recorded_in(catalog: str | Path, config: DeltaSinkConfig, schemas: dict[TableId, TableSchema]) -> bool:
+    """:func:`names_recorded` for the own catalog in folder ``catalog``, without a session."""
+    record = Path(catalog) / RECORD
+    if not (record.parent / "metastore_db").is_dir():
         return False
     names = _recorded_names(record)
     return all(names.get(f"{db}.{table}") == uri for db, table, uri in _names(config, schemas))

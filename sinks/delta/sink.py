@@ -42,7 +42,7 @@ from cdc.model.hooks import NO_HOOKS, Hooks
 from cdc.model.schema import TableId, TableSchema
 from sinks.base import Committed, SchemaStep, Sink, SinkWriter, TableBatch, staged_files
 from sinks.changes import changelog_schema, mirror_schema
-from sinks.delta.catalog import Registration, check_names, names_recorded
+from sinks.delta.catalog import Registration, check_names, names_recorded, names_recorded_in
 from sinks.delta.config import DeltaSinkConfig
 from sinks.delta.engines import DeltaTables
 from sinks.delta.evolve import current_schema, ensure_table, has_lineage
@@ -80,6 +80,13 @@ class DeltaSink(Sink):
 
     def describe(self) -> str:
         return f"delta at {self.delta.path} ({self.tables.engine_name})"
+
+    def needs_spark(self, schemas: dict[TableId, TableSchema], catalog: str | None) -> bool:
+        """delta-spark's engine merges in the JVM; tables by name need the catalog unless the own
+        catalog records them all already."""
+        if self.delta.engine == "delta-spark":
+            return True
+        return self.delta.register_tables and (catalog is None or not names_recorded_in(catalog, self.delta, schemas))
 
     def writer(self) -> SinkWriter:
         """The tasks' writer; after :meth:`open`, it also stages the change rows reduced per key for

@@ -1,6 +1,6 @@
 """The Kafka sink (``type: kafka``): Debezium JSON change events, exactly once per batch.
 
-Executor side (:class:`~sinks.kafka.messages.KafkaStageWriter`): change rows are encoded and
+Executor side (:class:`~sinks.stream.messages.StreamStageWriter`): change rows are encoded and
 staged as files of messages under the job's staging folder; nothing reaches Kafka yet.
 
 Driver side (:class:`KafkaSink`), once per batch: every staged message of the batch (per table,
@@ -28,7 +28,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterable, Iterator
-from itertools import chain
 from typing import Any, ClassVar
 
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -39,8 +38,7 @@ from cdc.model.errors import ConfigError
 from cdc.model.history import SchemaChange
 from cdc.model.hooks import NO_HOOKS, Hooks
 from cdc.model.schema import TableId, TableSchema
-from cdc.model.storage import filesystem
-from sinks.base import Committed, Sink, SinkError, SinkWriter, TableBatch, staged_files
+from sinks.base import Committed, Sink, SinkError, SinkWriter, TableBatch
 from sinks.kafka.config import KafkaSinkConfig
 from sinks.kafka.control import (
     KafkaUnreachable,
@@ -51,13 +49,8 @@ from sinks.kafka.control import (
     marker,
 )
 from sinks.kafka.logs import CLIENT_LOGGING
-from sinks.kafka.messages import (
-    KafkaStageWriter,
-    Message,
-    MessageTooLarge,
-    read_staged,
-    with_headers,
-)
+from sinks.stream.batches import batch_messages, clear_staging, new_schema_changes, remove_staged
+from sinks.stream.messages import Message, MessageTooLarge, StreamStageWriter
 
 log = logging.getLogger(__name__)
 
@@ -97,13 +90,13 @@ class KafkaSink(Sink):
         return f"kafka at {self.kafka.bootstrap_servers} (topics {self.kafka.topic_prefix}.<db>.<table>)"
 
     def writer(self) -> SinkWriter:
-        return KafkaStageWriter(self.kafka, self.staging)
+        return StreamStageWriter(self.kafka, self.staging)
 
     # --- start-up --------------------------------------------------------------------------
 
     def open(self, schemas: dict[TableId, TableSchema]) -> None:
         self._ensure_topics(schemas)
-        self._clear_staging()  # files of a crashed run: their batch will be staged again
+        clear_staging(self.staging)  # files of a crashed run: their batch will be staged again
         try:
             self._recover()
         except _Retry as exc:
@@ -118,11 +111,6 @@ class KafkaSink(Sink):
         if wanted or not self.topics:
             ensure_topics(admin_client(self.kafka), self.kafka, sorted(wanted))
             self.topics |= wanted | {self.kafka.commits_topic()}
-
-    def _clear_staging(self) -> None:
-        fs, root = filesystem(self.staging)
-        fs.create_dir(root, recursive=True)
-        fs.delete_dir_contents(root, missing_dir_ok=True)
 
     def _recover(self) -> None:
         """Start a producer (fencing older ones) and read the newest committed batch."""
@@ -170,7 +158,7 @@ class KafkaSink(Sink):
                     self._recover()
                 assert self.last_batch is not None
                 if batch_id <= self.last_batch or not any(b.snapshot or b.changes for b in ordered):
-                    self._remove_staged(ordered)
+                    remove_staged(self.staging, ordered)
                     return [Committed(str(b.schema.table_id), False, False) for b in ordered]
                 self._ensure_topics(b.schema.table_id for b in ordered)  # a table added mid-run
                 changes = self._new_schema_changes(ordered)
@@ -179,7 +167,7 @@ class KafkaSink(Sink):
                 versions = {**self.schema_versions, **{str(c.schema.table_id): c.version for c in changes}}
                 counts = self._transaction(batch_id, ordered, changes, versions)
                 self.last_batch, self.schema_versions = batch_id, versions
-                self._remove_staged(ordered)
+                remove_staged(self.staging, ordered)
                 log.info("kafka: batch %d committed (%s)", batch_id, counts)
                 return [Committed(str(b.schema.table_id), bool(b.snapshot), bool(b.changes)) for b in ordered]
             except (_Retry, KafkaUnreachable) as exc:
@@ -200,21 +188,10 @@ class KafkaSink(Sink):
             f"lands exactly once", batch=batch_id)
 
     def _new_schema_changes(self, tables: list[TableBatch]) -> list[SchemaChange]:
-        """The DDLs this batch is the first to carry (a DDL handed over where it lies, or rows
-        written under it), in version order per table (none when ``include_schema_changes`` is
-        off). Each is published as the batch's first set that carries it says: the DDL's own
-        (:class:`~sinks.base.SchemaStep`, the statement's time and server), else the earliest
-        change set's, else a snapshot set's; the same on a replay."""
+        """The DDLs this batch is the first to publish (none when ``include_schema_changes`` is off)."""
         if not self.kafka.include_schema_changes:
             return []
-        out: dict[tuple[str, int], SchemaChange] = {}
-        for b in tables:
-            for staged in chain(b.changes, b.snapshot):  # changes in log order: a DDL before its rows
-                if "schema_change" in staged:
-                    change = SchemaChange.from_dict(staged["schema_change"])
-                    if change.version > self.schema_versions.get(str(b.schema.table_id), 0):
-                        out.setdefault((str(b.schema.table_id), change.version), change)
-        return [out[k] for k in sorted(out)]
+        return new_schema_changes(tables, self.schema_versions)
 
     def _ensure_schema_changes_topic(self) -> None:
         topic = self.kafka.schema_changes_topic()
@@ -269,9 +246,7 @@ class KafkaSink(Sink):
         return counts
 
     def _messages(self, batch: TableBatch) -> Iterator[Message]:
-        snapshot = read_staged(self.staging, staged_files(batch.snapshot))
-        changes = with_headers(read_staged(self.staging, staged_files(batch.changes)), self.kafka.schemas_enable)
-        return chain(snapshot, changes)
+        return batch_messages(self.staging, batch, self.kafka.schemas_enable)
 
     @staticmethod
     def _produce(producer: Producer, topic: str, m: Message, delivered: Any) -> None:
@@ -296,12 +271,6 @@ class KafkaSink(Sink):
         if err.fatal():
             raise ProducerFenced(f"the producer of job {self.job_id} failed for good: {err.str()}")
         raise _Retry(f"batch {batch_id}: delivery to {topic!r} failed: {err.str()}")
-
-    def _remove_staged(self, tables: list[TableBatch]) -> None:
-        fs, root = filesystem(self.staging)
-        for f in staged_files([*chain.from_iterable(chain(b.snapshot, b.changes) for b in tables)]):
-            with contextlib.suppress(FileNotFoundError):
-                fs.delete_file(f"{root}/{f['file']}")
 
     def close(self) -> None:
         if self.producer is not None:

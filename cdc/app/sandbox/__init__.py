@@ -11,10 +11,9 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from cdc.app.sandbox.mysql import Sandbox, start_sandbox
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # each kind's module is imported when it starts (the CLI imports this package)
     from cdc.app.sandbox.kafka import KafkaSandbox
+    from cdc.app.sandbox.mysql import Sandbox
     from cdc.app.sandbox.postgres import PostgresSandbox
 
 
@@ -47,6 +46,8 @@ def kafka_lines(box: KafkaSandbox) -> list[str]:
 
 
 def _mysql() -> tuple[list[str], Callable[[], None]]:
+    from cdc.app.sandbox.mysql import start_sandbox
+
     box = start_sandbox()
     return mysql_lines(box), box.stop
 

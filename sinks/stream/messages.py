@@ -1,6 +1,6 @@
-"""Change rows as Kafka messages (Debezium JSON), and the staged files that carry them.
+"""Change rows as stream messages (Debezium JSON), and the staged files that carry them.
 
-Executor side (:class:`KafkaStageWriter`): one writer call encodes one table's change rows with
+Executor side (:class:`StreamStageWriter`): one writer call encodes one table's change rows with
 :mod:`cdc.model.debezium` (key = the primary-key struct, value = the envelope, in the table's
 change order) and writes them as one Arrow IPC file under the job's staging folder. A delete is
 followed by its tombstone (unless ``tombstones_on_delete: false``). The file holds, per message:
@@ -31,7 +31,7 @@ from cdc.model.schema import TableSchema
 from cdc.model.storage import filesystem
 from sinks.base import InvalidChangeBatch, SinkError, SinkWriter, StreamKind
 from sinks.changes import normalize
-from sinks.kafka.config import KafkaSinkConfig
+from sinks.stream.config import StreamSinkConfig
 
 MESSAGE_SCHEMA = pa.schema([
     pa.field("key", pa.binary()),
@@ -51,7 +51,7 @@ class MessageTooLarge(SinkError):
 
 @dataclass(frozen=True)
 class Message:
-    """One Kafka message of a change (driver side).
+    """One message of a change (driver side).
 
     Attributes:
         key: the key JSON (None for a table without a primary key).
@@ -68,20 +68,20 @@ class Message:
     headers: tuple[tuple[str, bytes], ...] = ()
 
 
-class KafkaStageWriter(SinkWriter):
-    """The Kafka sink's executor side: encode change rows, stage them as one file per call.
+class StreamStageWriter(SinkWriter):
+    """A stream-store sink's executor side: encode change rows, stage them as one file per call.
 
     Args:
         config: the sink configuration (picklable; ``producer`` stays out of ``repr``).
-        staging: the job's staging folder (:meth:`KafkaSinkConfig.staging_root`).
+        staging: the job's staging folder (:meth:`StreamSinkConfig.staging_root`).
     """
 
-    def __init__(self, config: KafkaSinkConfig, staging: str) -> None:
+    def __init__(self, config: StreamSinkConfig, staging: str) -> None:
         self.config = config
         self.staging = staging
 
     def __repr__(self) -> str:
-        return f"KafkaStageWriter({self.staging!r})"
+        return f"StreamStageWriter({self.staging!r})"
 
     def write(self, schema: TableSchema, rows: pa.Table, stream: StreamKind) -> list[dict[str, Any]]:
         """Encode and stage ``rows``; rows a dialect tagged with a sink schema (after a DDL,
@@ -114,12 +114,12 @@ def _safe(name: str) -> str:
     return name.replace("/", "_")
 
 
-def encode_rows(config: KafkaSinkConfig, schema: TableSchema, batch: pa.Table) -> pa.Table:
+def encode_rows(config: StreamSinkConfig, schema: TableSchema, batch: pa.Table) -> pa.Table:
     """Encode normalized change rows as messages (:data:`MESSAGE_SCHEMA`), in row order.
 
     Raises:
         InvalidChangeBatch: a value cannot be encoded with the table's schema.
-        MessageTooLarge: a message exceeds ``message.max.bytes``.
+        MessageTooLarge: a message exceeds the store's limit (:meth:`StreamSinkConfig.max_message_bytes`).
     """
     encoder = TableEncoder(schema, schemas_enabled=config.schemas_enable, options=config.debezium_options())
     limit = config.max_message_bytes()
@@ -138,9 +138,8 @@ def encode_rows(config: KafkaSinkConfig, schema: TableSchema, batch: pa.Table) -
         if size > limit:
             raise MessageTooLarge(
                 f"the {record.op!r} change of {schema.table_id} with key {(key or b'').decode()[:200]} "
-                f"encodes to {size} bytes, over the limit of {limit}: raise the sink's "
-                f"producer `message.max.bytes` (Java clients: `max.request.size`) and the topic's "
-                f"`max.message.bytes` (broker `message.max.bytes`)", table=str(schema.table_id))
+                f"encodes to {size} bytes, over the limit of {limit}: {config.message_size_fix()}",
+                table=str(schema.table_id))
         pos = log_position(row["source"])
         keys.append(key)
         values.append(value)
