@@ -3,7 +3,8 @@
 #   Debian packages: mariadb-server, mariadb-client (the test/demo server), a Java 17 JDK and
 #                    Maven (Spark, the Kafka broker, resolving the jars), PostgreSQL, and
 #                    libmariadb-dev, pkg-config and gcc to build the optional mysqlclient backend;
-#   Python:          a virtualenv in $VENV (default .venv) with the project and its extras;
+#   Python:          a virtualenv in $VENV (default .venv) with the project and its extras
+#                    (dev: the tests; demo: `make demo`; docs: `make docs`);
 #   JVM jars:        scripts/jars.sh resolves jvm/*/pom.xml from Maven Central into jars/, once;
 #   start-up:        scripts/pyspark_bytecode.py compiles PySpark's zips and drops their tests;
 #                    the numba kernels that decode binlog rows are compiled into their cache.
@@ -13,7 +14,7 @@ cd "$(dirname "$0")/.."
 
 VENV=${VENV:-.venv}
 PYTHON=${PYTHON:-python3}
-EXTRAS=${EXTRAS:-dev,demo}
+EXTRAS=${EXTRAS:-dev,demo,docs}
 want_bench=0
 [[ "${1:-}" == "--bench" ]] && { want_bench=1; EXTRAS="$EXTRAS,bench"; }
 

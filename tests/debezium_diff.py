@@ -6,7 +6,7 @@ compactly (:func:`canonical`). :func:`assert_self_consistent` first checks that 
 parsed message gives its exact bytes, so two canonical forms are equal exactly when the two
 messages are equal byte for byte outside the normalised fields.
 
-What is normalised, and why each must differ (docs/kafka.md, "Debezium, side by side"):
+What is normalised, and why each must differ (docs/sinks/kafka.md, "Debezium, side by side"):
 
 * the envelope's ``ts_ms``/``ts_us``/``ts_ns``: Debezium's are the moment its connector
   processed the change; ours are the change's own time, so that a batch replayed after a crash

@@ -1,7 +1,7 @@
 """The tables, rows and changes of the differential suite against Debezium
 (tests/test_debezium_differential.py), per database, and the differences that stay, with why.
 
-Each database gets one table per type family of docs/types.md (NULLs, extremes, zero dates, time
+Each database gets one table per type family of docs/sources/types.md (NULLs, extremes, zero dates, time
 zones, JSON, spatial, enums and sets on MariaDB; arrays, domains, enums, ranges of time on
 PostgreSQL), a table with a composite key whose key order is not its column order, one without a
 primary key, and a sentinel table whose row, written last, ends Debezium's run. The changes are
@@ -173,12 +173,12 @@ MARIADB_CHANGES: list[list[str]] = [
 ]
 
 
-# --- what stays different, and why (docs/kafka.md lists each) -----------------------------------------
+# --- what stays different, and why (docs/sinks/kafka.md lists each) -----------------------------------------
 
 
 @dataclass(frozen=True)
 class Known:
-    """A difference between Debezium and us that docs/kafka.md lists, in the rows of one table.
+    """A difference between Debezium and us that docs/sinks/kafka.md lists, in the rows of one table.
 
     The comparison turns our value into Debezium's with ``theirs`` (so the difference must be
     exactly the one described), or, without it, masks the column on both sides.

@@ -2,7 +2,7 @@
 
 Debezium's embedded engine (tests/debezium_capture.py: its own JVM, jars/debezium) and our job
 (the Kafka sink, into the test broker) read the same tables of the same server: one table per
-type family of docs/types.md (NULLs, extremes, zero dates, time zones, JSON, spatial, enums and
+type family of docs/sources/types.md (NULLs, extremes, zero dates, time zones, JSON, spatial, enums and
 sets; arrays and domains on PostgreSQL), a table with a composite key and one without a primary
 key. Both take a snapshot; then the test writes inserts, updates, deletes, primary-key updates, a
 multi-row transaction and a DDL, and both stream them. A sentinel row ends Debezium's run.
@@ -148,7 +148,7 @@ def _capture(kind: str, debezium: DebeziumCapture, jobs: dict[str, Any], write_c
 
 def _job_source(db: str, no_key: str) -> dict[str, Any]:
     """Our source's keys: the same logical name as Debezium's, and the schema each message carries
-    after a DDL being the table's own (``evolve``), as in Debezium (docs/kafka.md)."""
+    after a DDL being the table's own (``evolve``), as in Debezium (docs/sinks/kafka.md)."""
     return {"name": SERVER, "chunk_key_columns": {f"{db}.{no_key}": "a"}, "schema_change": {"behavior": "evolve"}}
 
 
@@ -316,7 +316,7 @@ def _in_snapshot(m: Message, schemas: bool) -> bool:
 def check_schema_changes(capture: Capture, mode: str) -> None:
     """The events of the DDL the log shows, event for event. Debezium's schema snapshot (the SET,
     DROP TABLE, DROP/CREATE DATABASE, USE and CREATE TABLE statements it publishes at start, its
-    schema history replayed into the topic) has no counterpart: docs/kafka.md."""
+    schema history replayed into the topic) has no counterpart: docs/sinks/kafka.md."""
     schemas = mode == "schemas"
     theirs = [normalise_ddl(m, schemas) for m in capture.theirs[mode].by_table.get(None, [])
               if not _in_snapshot(m, schemas)]

@@ -1,5 +1,5 @@
 """A DDL with no change after it reaches the sinks in the batch whose log slice holds it
-(docs/schema-evolution.md, "When the sinks see a DDL"), as Debezium publishes a schema change when
+(docs/concepts/schema-evolution.md, "When the sinks see a DDL"), as Debezium publishes a schema change when
 it reads the statement, not with the table's next change.
 
 Against the MariaDB fixture: the binlog reader hands each DDL over once wherever a slice is cut

@@ -1,4 +1,4 @@
-"""Schema evolution (docs/schema-evolution.md): DDL in the binlog flows to Delta.
+"""Schema evolution (docs/concepts/schema-evolution.md): DDL in the binlog flows to Delta.
 
 Unit tests of the DDL parser and the lenient merge need no server; the rest runs the real job
 against the MariaDB fixture: a table is snapshotted, then ALTER TABLE ADD / MODIFY (widen) /

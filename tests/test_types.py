@@ -12,7 +12,7 @@ One table, ``every_type``, holds a column of every MySQL/MariaDB type and rows o
    then spot-checks documented Debezium encodings.
 
 It runs against the session server (time zone UTC) and against a server started with
-``--default-time-zone=+05:30`` whose rows are written in the server's own zone. docs/types.md is
+``--default-time-zone=+05:30`` whose rows are written in the server's own zone. docs/sources/types.md is
 the type table these tests prove.
 """
 
@@ -354,7 +354,7 @@ def delta_types(p: Pipeline) -> dict[str, str]:
     return {f.name: str(getattr(f.type, "type", f.type)) for f in table.schema().fields}
 
 
-# The types docs/types.md lists, as the stream (Spark) and the mirror (Delta) declare them.
+# The types docs/sources/types.md lists, as the stream (Spark) and the mirror (Delta) declare them.
 SPARK_AND_DELTA = {
     "i8": ("ShortType()", "short"), "u8": ("ShortType()", "short"),
     "flag": ("ShortType()", "short"), "u16": ("IntegerType()", "integer"),

@@ -2,7 +2,7 @@
 
 The column metadata comes from ``information_schema`` (readable with plain SELECT), so the
 snapshot reader and the binlog reader type their values from one description of the table.
-docs/types.md lists every type and its Arrow, Delta and Debezium forms.
+docs/sources/types.md lists every type and its Arrow, Delta and Debezium forms.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Both the snapshot (``COPY ... TO STDOUT`` in CSV) and the stream (pgoutput, prot
 values in PostgreSQL's text output form, produced by the same output functions under the same
 session settings (:data:`SESSION_SETTINGS`). One conversion, :func:`to_arrow`, turns those texts
 into each column's Arrow type, so a value is identical through the snapshot and the stream by
-construction. See docs/types.md for the mapping.
+construction. See docs/sources/types.md for the mapping.
 """
 
 from __future__ import annotations

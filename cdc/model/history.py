@@ -11,7 +11,7 @@ of one cut slice, find the same DDL at the same position and record the same ver
 a version is idempotent (the state directory keeps them: :class:`HistoryStore`).
 
 The sinks do not see the source's versions directly but their *sink schema* under the configured
-behaviour (``source.schema_change.behavior``, docs/schema-evolution.md), which only grows:
+behaviour (``source.schema_change.behavior``, docs/concepts/schema-evolution.md), which only grows:
 
 * ``lenient``: the union of every version so far: added and renamed-to columns are appended
   (nullable), dropped and renamed-from columns stay (null from then on), widened types widen;

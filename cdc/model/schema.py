@@ -3,7 +3,7 @@
 A dialect (``binlog/<database>``) reads a table's description from its catalog and builds these
 values; everything above it works with them without knowing the database. Each column carries
 the Arrow type its values travel as through the snapshot, the log, the Spark stream and the
-sinks, chosen once by the dialect (see ``docs/types.md``), and the database's own type names,
+sinks, chosen once by the dialect (see ``docs/sources/types.md``), and the database's own type names,
 which only the dialect and the Debezium format interpret.
 """
 

@@ -19,7 +19,7 @@ compacted control topic. A ``read_committed`` consumer sees all of a batch or no
   out may still have committed. Brokers lost mid-commit: retried with doubling backoff, then a
   clear error; the replay after a restart writes the batch exactly once.
 
-docs/kafka.md states the protocol and how it holds at each crash point.
+docs/sinks/kafka.md states the protocol and how it holds at each crash point.
 """
 
 from __future__ import annotations

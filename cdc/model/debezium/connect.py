@@ -416,7 +416,7 @@ _SPECS: dict[str, Callable[[Column, DebeziumOptions], Spec]] = {
 # Debezium's PostgreSQL connector (PostgresValueConverter) with its defaults: decimal.handling.mode
 # precise, time.precision.mode adaptive, binary.handling.mode bytes, interval.handling.mode
 # numeric, money.fraction.digits 2. Python values are those binlog/postgres/types.py gives
-# (docs/types.md, PostgreSQL). A NOT NULL column whose value is null (the non-key columns of a
+# (docs/sources/types.md, PostgreSQL). A NOT NULL column whose value is null (the non-key columns of a
 # REPLICA IDENTITY DEFAULT before image) gets the converter's fallback, as in Debezium
 # (JdbcValueConverters.convertValue): 0, "", false, the epoch, an empty array.
 

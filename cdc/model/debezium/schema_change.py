@@ -4,7 +4,7 @@ topic (named ``<topic.prefix>``) for each DDL on a captured table.
 The key is ``{"databaseName": ...}``; the value carries the connector's ``source`` block of the
 statement, ``ts_ms``, ``databaseName``, ``schemaName`` (null for MySQL; for PostgreSQL the table's
 schema, with the database in ``databaseName``), the ``ddl`` text (for PostgreSQL, which logs no DDL,
-a labelled description of the Relation message: docs/schema-evolution.md) and
+a labelled description of the Relation message: docs/concepts/schema-evolution.md) and
 ``tableChanges``: the table's whole structure after the statement, so a consumer needs no DDL
 parser. With ``schemas_enable`` both carry their Kafka Connect schema, as JsonConverter writes
 them. The events are built from a :class:`~cdc.model.schema.TableSchema`; what it does not know
