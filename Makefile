@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: setup demo test test-slow test-all lint typecheck bench bench-quick clean
+.PHONY: setup demo test test-slow test-all lint typecheck docs bench bench-quick clean
 
 # A class-data-sharing archive of the Spark driver's classes, built once per install
 # (scripts/jvm_archive.py): a JVM start then skips loading and verifying Spark's classes (a session
@@ -58,23 +58,31 @@ lint: setup
 typecheck: setup
 	$(VENV)/bin/mypy
 
+# The docs site (mkdocs.yml, sources in docs/) into build/site. --strict fails on any warning: a broken
+# link or anchor, a page left out of the nav. CI (.ci/run) runs it. Its generated pages are checked by
+# tests (scripts/docs_pages.py, benchmarks/readme_tables.py --check).
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
 bench: setup
 	scripts/setup.sh --bench
 	$(PY) benchmarks/tpcds_customer.py --scale 100
 	$(PY) benchmarks/postgres_bench.py --scale 100
 	$(PY) benchmarks/peers.py --scale 100
+	$(PY) benchmarks/peers.py --source postgres --scale 100
 	$(PY) benchmarks/kafka_bench.py --scale 1
 	$(PY) benchmarks/pulsar_bench.py --scale 1
 
 # Every benchmark in its quick form (fewer phases, smaller tables): under 10 minutes on 2 cores. Results
-# land in benchmarks/results/*-quick.json; benchmarks/readme_tables.py renders the tables of README and docs/performance.md from them.
+# land in benchmarks/results/*-quick.json; benchmarks/readme_tables.py renders the tables of README and docs/performance/history.md from them.
 bench-quick: setup
 	scripts/setup.sh --bench
 	$(PY) benchmarks/tpcds_customer.py --scale 10 --quick
 	$(PY) benchmarks/postgres_bench.py --scale 1 --quick
 	$(PY) benchmarks/peers.py --scale 10 --quick
+	$(PY) benchmarks/peers.py --source postgres --scale 1 --quick
 	$(PY) benchmarks/kafka_bench.py --scale 1 --quick
 	$(PY) benchmarks/pulsar_bench.py --scale 1 --quick
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .demo .bench *.egg-info
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .demo .bench *.egg-info build/site

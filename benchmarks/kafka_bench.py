@@ -23,7 +23,15 @@ Starts a throwaway mariadbd with TPC-DS ``customer`` (benchmarks/tpcds.py) and a
   sink commit and end to end, and the raw producer of the same change messages;
 * **fixed cost**: the job once more with nothing to do (start-up checks, the sink's open, the
   streaming query's start and its empty batch): what every end-to-end figure above includes
-  whatever the volume; the ratios are printed with it subtracted too.
+  whatever the volume; the ratios are printed with it subtracted too;
+* **Debezium 3.5** on the same table into the same broker: its embedded engine with the MariaDB
+  connector, each record converted as a Kafka Connect worker converts it (JsonConverter, the same
+  ``schemas_enable``) and sent by a producer with the worker's defaults (acks=all, one request in
+  flight, no transactions: at-least-once, where the job is exactly-once), from a fresh snapshot;
+  timed from its JVM's launch to the broker's acknowledgement of the table's last record
+  (``jvm/debezium``, ``DebeziumProducer``). Twice: as shipped, and tuned (``poll.interval.ms``
+  10, ``max.batch.size`` 16384, ``max.queue.size`` 65536, as benchmarks/peers.py tunes it, and
+  the producer's ``linger.ms`` 20 and ``batch.size`` 1 MiB). ``--no-debezium`` leaves it out.
 
 With ``--profile`` the sink's commits run under cProfile and the top functions are printed (the
 profile slows the commits it measures; the rates of a profiled run are not the headline).
@@ -38,6 +46,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
+import json
+import os
+import subprocess
 import threading
 import time
 import uuid
@@ -98,6 +109,45 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
     for future in admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)]).values():
         future.result()
+
+
+DEBEZIUM_JARS = Path(os.environ.get("SPARK_CDC_JARS", Path(__file__).resolve().parent.parent / "jars")) / "debezium"
+# Debezium's throughput settings (as benchmarks/peers.py tunes it), and the producer's a Kafka Connect
+# worker would take (producer.*): batches as large and as lingering as our sink's producer's (linger.ms 20)
+DEBEZIUM_TUNING = {"poll.interval.ms": "10", "max.batch.size": "16384", "max.queue.size": "65536",
+                   "producer.linger.ms": "20", "producer.batch.size": "1048576"}
+
+
+def debezium_snapshot(table: CustomerTable, bootstrap: str, work: Path, prefix: str, schemas: bool,
+                      partitions: int, tuned: bool) -> dict[str, Any]:
+    """Debezium's embedded engine snapshotting ``table`` into Kafka through a Kafka Connect
+    worker's producer (``DebeziumProducer``); its JSON line (records, seconds from launch)."""
+    if not (DEBEZIUM_JARS / "spark-cdc-debezium.jar").exists():
+        raise SystemExit(f"{DEBEZIUM_JARS} lacks spark-cdc-debezium.jar: run `make setup`, or pass --no-debezium")
+    admin, folder = table.box.admin, work / prefix
+    folder.mkdir(parents=True)
+    topic = f"{prefix}.{table.database}.{table.table}"
+    create_topic(bootstrap, topic, partitions)
+    create_topic(bootstrap, prefix, 1)  # its schema change topic
+    props = {"name": prefix, "connector.class": "io.debezium.connector.mariadb.MariaDbConnector",
+             "offset.storage": "org.apache.kafka.connect.storage.FileOffsetBackingStore",
+             "offset.storage.file.filename": str(folder / "offsets.dat"),
+             "schema.history.internal": "io.debezium.storage.file.history.FileSchemaHistory",
+             "schema.history.internal.file.filename": str(folder / "history.dat"),
+             "database.hostname": admin.host, "database.port": str(admin.port), "database.user": admin.user,
+             "database.server.id": "5650", "topic.prefix": prefix, "database.include.list": table.database,
+             "table.include.list": f"{table.database}.{table.table}", **(DEBEZIUM_TUNING if tuned else {})}
+    (folder / "connector.properties").write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    done = subprocess.run(
+        ["java", "-cp", f"{DEBEZIUM_JARS}/*", "dev.sparkcdc.debezium.DebeziumProducer",
+         "--properties", str(folder / "connector.properties"), "--bootstrap", bootstrap, "--topic", topic,
+         "--expect", str(table.rows), "--schemas", str(schemas).lower(), "--timeout", "1800"],
+        capture_output=True, text=True, env={**os.environ, "DEBEZIUM_PASSWORD": admin.password}, check=False)
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+    result: dict[str, Any] = json.loads(lines[-1]) if lines else {"error": done.stderr[-2000:]}
+    if done.returncode != 0 or result.get("error"):
+        raise SystemExit(f"Debezium ({'tuned' if tuned else 'as shipped'}) failed: {result.get('error')}")
+    return result
 
 
 def raw_producer(bootstrap: str, settings: dict[str, Any], topic: str, messages: list[Msg],
@@ -196,6 +246,17 @@ class Bench:
         self.add(Line(f"{phase}: raw transactional producer", len(messages), rows, seconds, started_load,
                       {"messages_per_transaction": per}))
 
+    def debezium_phase(self, tuned: bool) -> None:
+        """Debezium's snapshot of the table into the broker, at-least-once (see the module doc)."""
+        how, prefix = ("tuned", "dbz-tuned") if tuned else ("as shipped", "dbz-shipped")
+        started_load = load()
+        got = debezium_snapshot(self.table, self.broker.bootstrap_servers, self.work, prefix,
+                                not self.args.no_schemas, self.args.partitions, tuned)
+        self.add(Line(f"snapshot: Debezium 3.5 + Kafka producer ({how})", got["records"], self.table.rows,
+                      got["seconds"], started_load,
+                      {"delivery": "at-least-once", "from": "JVM launch to the last acknowledgement",
+                       "tuning": DEBEZIUM_TUNING if tuned else {}}))
+
     def encode_phase(self) -> None:
         """encode_rows on the whole table, one thread, no Spark (the executors' share of the work)."""
         from binlog.mysql.fetch import fetch_arrow
@@ -235,6 +296,9 @@ class Bench:
         started_load, started = load(), time.perf_counter()
         JobRunner(self.config, self.spark).run(once=True)
         self.facts["fixed_cost_s"] = round(time.perf_counter() - started, 2)
+        if not self.args.no_debezium:
+            for tuned in (False, True):
+                self.debezium_phase(tuned)
         print(f"  job --once with nothing to do (fixed cost)  {self.facts['fixed_cost_s']:.2f}s  "
               f"load {started_load}", flush=True)
         if self.timer.prof is not None:
@@ -247,8 +311,14 @@ class Bench:
 
 def ratios(lines: list[Line], fixed_s: float) -> dict[str, float]:
     """Ours / the raw producer, per phase (rates in rows/s); end to end also without the fixed
-    cost of a run."""
+    cost of a run; the snapshot end to end against Debezium's (the faster of its two runs)."""
     out = {}
+    ours = next(ln for ln in lines if ln.name == "snapshot: end to end (ours)")
+    debezium = [ln for ln in lines if ln.name.startswith("snapshot: Debezium")]
+    if debezium:
+        fastest = max(debezium, key=lambda ln: ln.rate)
+        out["snapshot end to end, ours (exactly-once) / Debezium's faster (at-least-once)"] = round(
+            ours.rate / fastest.rate, 3)
     for phase in ("snapshot", "catch-up"):
         raw = next(ln for ln in lines if ln.name == f"{phase}: raw transactional producer")
         for what in ("sink commit", "end to end"):
@@ -260,10 +330,12 @@ def ratios(lines: list[Line], fixed_s: float) -> dict[str, float]:
 
 
 def main() -> None:
-    args = parse_args(__doc__)
+    args = parse_args(__doc__, extra=lambda p: p.add_argument(
+        "--no-debezium", action="store_true", help="leave Debezium's snapshot into the broker out"))
     run_bench("kafka", args, start_kafka_sandbox, Bench,
               lambda b: ratios(b.lines, b.facts.get("fixed_cost_s", 0.0)),
-              f"ratios to the raw transactional producer (rows/s; target: sink commit >= {TARGET_RATIO}x)")
+              f"ratios (rows/s) to the raw transactional producer (target: sink commit >= {TARGET_RATIO}x) "
+              "and to Debezium")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 Run: ``.venv/bin/python benchmarks/pgoutput_modes.py [--rows 300000] [--rounds 3]`` (a minute or two).
 
-The server's logical decoding is the largest cost of a PostgreSQL catch-up (docs/performance.md).
+The server's logical decoding is the largest cost of a PostgreSQL catch-up (docs/performance/history.md).
 pgoutput has two options that change it (PostgreSQL 14+):
 
 * ``binary 'true'``: column values in their types' binary send format instead of text (the job

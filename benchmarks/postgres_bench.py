@@ -525,6 +525,10 @@ class Bench:
                 "sink_options": self.args.sink_option,
                 "state_dir": str(job / "checkpoint_state"), "lake": str(job / "lake"),
                 "checkpoint": str(job / "checkpoint"), "query_id": job.name, "sink": "delta"}
+        return self.start(slug, spec)
+
+    def start(self, slug: str, spec: dict[str, Any]) -> ChildPhase:
+        """Launch a pipeline phase (peers_postgres.py times it from its launch instead)."""
         return ChildPhase(spec, self.work / f"{slug}.log", self.server_pid, server="postgres")
 
     def snapshot(self, p: int, cpb: int) -> Path:
@@ -711,7 +715,7 @@ def run(bench: Bench) -> None:
     bench.raw_scan("raw scan again, at the end")
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=cast(str, __doc__).split("\n", 1)[0])
     p.add_argument("--scale", type=int, default=100, help="TPC-DS scale (1 = 100k rows, 100 = 2M)")
     p.add_argument("--quick", action="store_true", help="100k updates and a 10 s latency window")
@@ -749,7 +753,7 @@ def parse_args() -> argparse.Namespace:
                    "per-row reference: the catch-up twice on the same burst, and the stream task without Spark "
                    "(implies --stream-paths)")
     p.add_argument("--keep", action="store_true", help="keep the work directory (lakes, checkpoints, logs)")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if args.write_rate and not args.chunk_sizes:
         p.error("--write-rate needs --chunk-sizes (the catch-up phase counts the changes it expects)")
     args.stream_paths = args.stream_paths or args.decoders

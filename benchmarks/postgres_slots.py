@@ -6,7 +6,7 @@ Run: ``.venv/bin/python benchmarks/postgres_slots.py [--rows 200000] [--chunks 4
 A chunk's backfill needs the changes of its key range between its low watermark (LW) and high
 watermark (HW). Two ways to get them from PostgreSQL's logical decoding:
 
-* **shared** (what the job does, docs/postgres.md "One slot per job, readers take turns"): every
+* **shared** (what the job does, docs/sources/postgres.md "One slot per job, readers take turns"): every
   reader peeks the job's one slot (``pg_logical_slot_peek_binary_changes(slot, HW, ...)``), taking
   turns because a slot serves one session at a time. A peek decodes from the slot's position, so
   each chunk's peek reads the WAL of the batch so far, not only its window; the slot is advanced

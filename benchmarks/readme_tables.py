@@ -1,12 +1,13 @@
-"""The benchmark tables of README.md and docs/performance.md, generated from the result JSON in
-``benchmarks/results/``.
+"""The benchmark tables of README.md and the docs' performance pages, generated from the result
+JSON in ``benchmarks/results/``.
 
 Each table sits between ``<!-- bench:NAME -->`` and ``<!-- /bench:NAME -->`` in its document and
 is rebuilt from the JSON files listed in :data:`TABLES`, so a number in them is always one a
-benchmark wrote. ``python benchmarks/readme_tables.py`` rewrites both; ``--check`` exits 1 when one
-differs (tests/test_cli.py runs it). After a new run, point :data:`TABLES` at its file (README's
-``goals`` table at the newest runs); ``make bench-quick`` writes the files of the first column of
-the history tables.
+benchmark wrote. ``python benchmarks/readme_tables.py`` rewrites them all; ``--check`` exits 1 when
+one differs (tests/test_docs.py runs it). README's ``headline`` and docs/performance/index.md's
+tables show the newest runs: after a new run, put its file first in :data:`GOAL_RUNS_FILES` (the
+headline and the goals) or in the ``*-current`` entries; docs/performance/history.md keeps every
+kept run (``tpcds``, ``peers``).
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def tpcds_table(files: list[tuple[str, str]]) -> list[str]:
             f"{_k(r['p1']['rows_per_s'])} / {_k(_line(r, 'Spark JDBC peer p=1')['rows_per_s'])}" if r["p1"] else "")),
         ("snapshot p=2 under 100 updates/s", lambda r: next(
             (f"{_k(ln['rows_per_s'])} rows/s" for ln in r["lines"] if "upd/s" in ln["name"]), "")),
-        ("binlog catch-up, end to end (changelog and mirror)", lambda r: (
+        ("log catch-up, end to end (changelog and mirror)", lambda r: (
             f"{_k(r['got']['catch_up_per_s'])} changes/s ({r['burst']['updates']:,} updates"
             + (f"; median of {', '.join(_k(x) for x in r['got']['catch_up_runs_per_s'])}"
                if len(r['got'].get('catch_up_runs_per_s', [])) > 1 else "") + ")")),
@@ -80,7 +81,8 @@ def tpcds_table(files: list[tuple[str, str]]) -> list[str]:
         r["lines_best"], r["p1"] = _snapshot(r, 2), _snapshot(r, 1)
     out = ["| measurement | " + " | ".join(f"`{label}` ({r['date']})" for label, r in runs) + " |",
            "| --- |" + " --- |" * len(runs)]
-    out += [f"| {name} | " + " | ".join(cell(r) for _, r in runs) + " |" for name, cell in rows]
+    cells = [(name, [cell(r) for _, r in runs]) for name, cell in rows]
+    out += [f"| {name} | " + " | ".join(values) + " |" for name, values in cells if any(values)]
     return out
 
 
@@ -91,13 +93,15 @@ def _probe(run: dict[str, Any]) -> str:
 
 
 def peers_table(files: list[tuple[str, str]]) -> list[str]:
-    """Ours against Flink CDC and Debezium (``peers.py`` runs), two lines per file."""
+    """Ours against Flink CDC and Debezium (``peers.py`` runs, MariaDB or ``--source postgres``),
+    two lines per file; a PostgreSQL run's lines say so."""
     out = ["| rows/s (p=2; Debezium p=1) | Flink CDC as shipped / tuned | Debezium as shipped / tuned | ours "
            "| ours / faster peer | load at start |", "| --- | --- | --- | --- | --- | --- |"]
     for label, f in files:
         run = _load(f)
-        for phase, what in (("snapshot", f"snapshot, {run['rows']:,} rows"),
-                            ("catch-up", f"catch-up, {run['burst']['updates']:,} updates")):
+        where = "PostgreSQL " if run.get("source") == "postgres" else ""
+        for phase, what in (("snapshot", f"{where}snapshot, {run['rows']:,} rows"),
+                            ("catch-up", f"{where}catch-up, {run['burst']['updates']:,} updates")):
             s = run["summary"][phase]
             rates = s["rows_per_s"]
 
@@ -134,8 +138,9 @@ def goals_table(files: list[tuple[str, str]]) -> list[str]:
     """Issues #16 and #18's goals against the newest runs, and how often the kept runs met them.
 
     ``files`` names runs by role, the newest of each role first: ``mysql`` and ``postgres``
-    (tpcds_customer.py and postgres_bench.py at SF100), ``peers`` (peers.py), ``mysql 2M`` and
-    ``postgres 2M`` (2M-update catch-ups). A role listed more than once gets, after its newest
+    (tpcds_customer.py and postgres_bench.py at SF100), ``peers`` and ``peers postgres`` (peers.py,
+    MariaDB and ``--source postgres``; without the latter the PostgreSQL column says the peers were
+    not measured), ``mysql 2M`` and ``postgres 2M`` (2M-update catch-ups). A role listed more than once gets, after its newest
     value, how many of its runs met the goal and their range: on this shared machine one run
     says little about a goal near its line."""
     runs: dict[str, list[dict[str, Any]]] = {}
@@ -168,6 +173,9 @@ def goals_table(files: list[tuple[str, str]]) -> list[str]:
     def ratio(v: float) -> str:
         return f"{v:.2f}x"
 
+    def peers_snapshot(r: dict[str, Any]) -> float:
+        return float(r["summary"]["snapshot"]["ours_vs_faster_peer"])
+
     def per_s(v: float) -> str:
         return f"{_k(v)}/s"
 
@@ -178,8 +186,9 @@ def goals_table(files: list[tuple[str, str]]) -> list[str]:
         ("snapshot into the mirror and changelog at p=2, against Spark JDBC tuned (median of pairs)", "≥ 1.2x",
          both(lambda r: r["got"]["snapshot_vs_jdbc"], 1.2, True, ratio)),
         ("the same, against the faster of Flink CDC and Debezium tuned, from launch (median of pairs)", "≥ 1.5x",
-         cell("peers", lambda r: r["summary"]["snapshot"]["ours_vs_faster_peer"], 1.5, True, ratio)
-         + " | not measured (the peers read MariaDB)"),
+         cell("peers", peers_snapshot, 1.5, True, ratio) + " | "
+         + (cell("peers postgres", peers_snapshot, 1.5, True, ratio) if "peers postgres" in runs
+            else "not measured (the peers read MariaDB)")),
         ("the same, against our single reader", "≥ 0.8x", both(_snapshot_vs_single, 0.8, True, ratio)),
         ("catch-up of 300,000 updates, end to end (median of runs)", "≥ 100k changes/s",
          both(lambda r: r["got"]["catch_up_per_s"], 100_000, True, per_s)),
@@ -202,32 +211,136 @@ def goals_table(files: list[tuple[str, str]]) -> list[str]:
     return out
 
 
+def headline_table(files: list[tuple[str, str]]) -> list[str]:
+    """README's one table: the newest run of each role of :func:`goals_table`, without dates,
+    commits or loads (docs/performance/index.md has those)."""
+    newest: dict[str, dict[str, Any]] = {}
+    for role, f in files:
+        newest.setdefault(role, _load(f))
+    my, pg = newest["mysql"], newest["postgres"]
+
+    def both(cell: Callable[[dict[str, Any]], str]) -> str:
+        return f"{cell(my)} | {cell(pg)}"
+
+    def backlog(run: dict[str, Any]) -> str:
+        rate, rss = _backlog(run)
+        return f"{_k(rate)} changes/s ({rss:,} MiB)"
+
+    rows = [
+        ("snapshot into the Delta mirror and changelog (p=2)",
+         both(lambda r: f"{_k(r['got']['snapshot_rows_per_s'])} rows/s")),
+        ("... against Spark's JDBC source into Parquet, tuned, same parallelism",
+         both(lambda r: f"{r['got']['snapshot_vs_jdbc']:.2f}x")),
+        ("... against the faster of Flink CDC and Debezium, tuned, timed from launch (they only count records)",
+         f"{newest['peers']['summary']['snapshot']['ours_vs_faster_peer']:.2f}x | not measured"),
+        ("catch-up of 300,000 updates, end to end", both(lambda r: f"{_k(r['got']['catch_up_per_s'])} changes/s")),
+        ("catch-up of a 2,000,000-update backlog (the driver's peak memory)",
+         f"{backlog(newest['mysql 2M'])} | {backlog(newest['postgres 2M'])}"),
+        ("visibility at 1,000 changes/s, p50: changelog / mirror", both(
+            lambda r: f"{r['got']['changelog_latency_p50_s']:.2f} s / {r['got']['mirror_latency_p50_s']:.2f} s")),
+    ]
+    out = [f"| TPC-DS `customer`, {my['rows']:,} rows, 2 cores | MariaDB | PostgreSQL |", "| --- | --- | --- |"]
+    return out + [f"| {name} | {cells} |" for name, cells in rows]
+
+
+def kafka_table(files: list[tuple[str, str]]) -> list[str]:
+    """The Kafka sink against a raw transactional producer (``kafka_bench.py`` runs), a column per file."""
+    runs = [(label, _load(f)) for label, f in files]
+    names = [ln["name"] for ln in runs[0][1]["lines"]]
+    out = ["| messages/s | " + " | ".join(f"`{label}` ({r['date']}, {r['rows']:,} rows)" for label, r in runs) + " |",
+           "| --- |" + " --- |" * len(runs)]
+    for name in names:
+        cells = []
+        for _, r in runs:
+            line = next((ln for ln in r["lines"] if ln["name"] == name), None)
+            cells.append(f"{line['rows_per_s']:,} ({line['messages']:,} in {line['seconds']:.2f} s)" if line else "")
+        out.append(f"| {name} | " + " | ".join(cells) + " |")
+    out.append("| ours / raw producer: snapshot commit, catch-up commit | " + " | ".join(
+        f"{r['ratios']['snapshot sink commit']:.2f}x, {r['ratios']['catch-up sink commit']:.2f}x" for _, r in runs) + " |")
+    return out
+
+
+def delta_engines_table(files: list[tuple[str, str]]) -> list[str]:
+    """A MERGE of random keys into the same mirror by each engine (``delta_engines.py`` runs):
+    seconds per MERGE by keys per batch, one line per engine and file."""
+    out = ["| run | engine | 1,000 keys | 10,000 keys | 100,000 keys | changelog append of 100,000 rows |",
+           "| --- | --- | --- | --- | --- | --- |"]
+    for label, f in files:
+        run = _load(f)
+        for engine, sizes in run["results"].items():
+            merges = " | ".join(f"{sizes[n]['merge_s']:.2f} s" for n in ("1000", "10000", "100000"))
+            out.append(f"| `{label}` ({run['rows']:,}-row mirror) | {engine} | {merges} | {sizes['100000']['append_s']:.2f} s |")
+    return out
+
+
+def mirror_merges_table(files: list[tuple[str, str]]) -> list[str]:
+    """Repeated MERGEs of 1,000 random keys into one large mirror (``mirror_merges.py`` runs)."""
+    out = ["| run | mirror rows | MERGEs | the first | the median of the others |", "| --- | --- | --- | --- | --- |"]
+    for label, f in files:
+        run = _load(f)
+        out.append(f"| `{label}` | {run['rows']:,} | {len(run['seconds'])} of {run['keys']:,} keys "
+                   f"| {run['first_s']:.2f} s | {run['median_rest_s']:.2f} s |")
+    return out
+
+
+def maintenance_table(files: list[tuple[str, str]]) -> list[str]:
+    """The job's compaction and VACUUM on and off (``maintenance_bench.py``, which renders its own table)."""
+    (_, f), = files
+    return str(_load(f)["markdown"]).strip().splitlines()
+
+
 GOAL_RUNS = {"mysql": "MariaDB", "postgres": "PostgreSQL", "peers": "the peers",
+             "peers postgres": "the PostgreSQL peers",
              "mysql 2M": "MariaDB's 2M-update backlog", "postgres 2M": "PostgreSQL's 2M-update backlog"}
 
 
+# The runs of issues #16 and #18's goals by role, the newest of each role first: README's headline
+# shows the first of each role, docs/performance/index.md's goals table all of them.
+GOAL_RUNS_FILES: list[tuple[str, str]] = [("mysql", "tpcds_customer-2026-12-03-sf100-30ed98a.json"),
+    ("mysql", "tpcds_customer-2026-12-03-sf100-9166311.json"),
+    ("mysql", "tpcds_customer-2026-12-03-sf100-7a2e828-2.json"),
+    ("mysql", "tpcds_customer-2026-12-03-sf100-7a2e828-1.json"),
+    ("mysql", "tpcds_customer-2026-12-02-sf100-661663d.json"),
+    ("mysql", "tpcds_customer-2026-12-02-sf100-824502c.json"),
+    ("postgres", "postgres-2026-12-03-sf100-30ed98a.json"),
+    ("postgres", "postgres-2026-12-03-sf100-9166311.json"),
+    ("postgres", "postgres-2026-12-03-sf100-7a2e828-2.json"),
+    ("postgres", "postgres-2026-12-03-sf100-7a2e828-1.json"),
+    ("postgres", "postgres-2026-12-02-sf100-661663d.json"),
+    ("postgres", "postgres-2026-12-02-sf100-824502c.json"),
+    ("peers", "peers-2026-12-02-sf100-quick-661663d.json"),
+    ("peers", "peers-2026-12-02-sf100-quick-2e03751.json"),
+    ("mysql 2M", "tpcds_customer-2026-12-02-sf100-catchup-burst2000000-661663d.json"),
+    ("mysql 2M", "tpcds_customer-2026-12-02-sf100-catchup-burst2000000-599472e.json"),
+    ("mysql 2M", "tpcds_customer-2026-12-02-sf100-catchup-burst2000000-e574a7f.json"),
+    ("postgres 2M", "postgres-2026-12-02-sf100-catch-up-2m-661663d.json"),
+    ("postgres 2M", "postgres-2026-12-02-sf100-catch-up-2m-599472e.json"),
+    ("postgres 2M", "postgres-2026-12-02-sf100-catch-up-2m-e574a7f.json")]
+
 TABLES: dict[str, tuple[Callable[[list[tuple[str, str]]], list[str]], list[tuple[str, str]], str]] = {
-    "goals": (goals_table, [("mysql", "tpcds_customer-2026-12-03-sf100-30ed98a.json"),
-                            ("mysql", "tpcds_customer-2026-12-03-sf100-9166311.json"),
-                            ("mysql", "tpcds_customer-2026-12-03-sf100-7a2e828-2.json"),
-                            ("mysql", "tpcds_customer-2026-12-03-sf100-7a2e828-1.json"),
-                            ("mysql", "tpcds_customer-2026-12-02-sf100-661663d.json"),
-                            ("mysql", "tpcds_customer-2026-12-02-sf100-824502c.json"),
-                            ("postgres", "postgres-2026-12-03-sf100-30ed98a.json"),
-                            ("postgres", "postgres-2026-12-03-sf100-9166311.json"),
-                            ("postgres", "postgres-2026-12-03-sf100-7a2e828-2.json"),
-                            ("postgres", "postgres-2026-12-03-sf100-7a2e828-1.json"),
-                            ("postgres", "postgres-2026-12-02-sf100-661663d.json"),
-                            ("postgres", "postgres-2026-12-02-sf100-824502c.json"),
-                            ("peers", "peers-2026-12-02-sf100-quick-661663d.json"),
-                            ("peers", "peers-2026-12-02-sf100-quick-2e03751.json"),
-                            ("mysql 2M", "tpcds_customer-2026-12-02-sf100-catchup-burst2000000-661663d.json"),
-                            ("mysql 2M", "tpcds_customer-2026-12-02-sf100-catchup-burst2000000-599472e.json"),
-                            ("mysql 2M", "tpcds_customer-2026-12-02-sf100-catchup-burst2000000-e574a7f.json"),
-                            ("postgres 2M", "postgres-2026-12-02-sf100-catch-up-2m-661663d.json"),
-                            ("postgres 2M", "postgres-2026-12-02-sf100-catch-up-2m-599472e.json"),
-                            ("postgres 2M", "postgres-2026-12-02-sf100-catch-up-2m-e574a7f.json")],
-              "README.md"),
+    "headline": (headline_table, GOAL_RUNS_FILES, "README.md"),
+    "goals": (goals_table, GOAL_RUNS_FILES, "docs/performance/index.md"),
+    "mysql-current": (tpcds_table, [("newest", "tpcds_customer-2026-12-03-sf100-30ed98a.json"),
+                                    ("second", "tpcds_customer-2026-12-03-sf100-9166311.json"),
+                                    ("third", "tpcds_customer-2026-12-03-sf100-7a2e828-2.json")],
+                      "docs/performance/index.md"),
+    "postgres-current": (tpcds_table, [("newest", "postgres-2026-12-03-sf100-30ed98a.json"),
+                                       ("second", "postgres-2026-12-03-sf100-9166311.json"),
+                                       ("third", "postgres-2026-12-03-sf100-7a2e828-2.json")],
+                         "docs/performance/index.md"),
+    "peers-current": (peers_table, [("newest", "peers-2026-12-02-sf100-quick-661663d.json"),
+                                    ("second", "peers-2026-12-02-sf100-quick-2e03751.json")],
+                      "docs/performance/index.md"),
+    "kafka-current": (kafka_table, [("make bench", "kafka_bench-2026-11-28-sf1.json"),
+                                    ("make bench-quick", "kafka_bench-2026-12-03-sf1-quick.json")],
+                      "docs/performance/index.md"),
+    "delta-engines-current": (delta_engines_table, [("newest", "delta_engines-2026-11-26-2000000.json"),
+                                                    ("before", "delta_engines-2026-11-25-2000000.json")],
+                              "docs/performance/index.md"),
+    "mirror-merges-current": (mirror_merges_table, [("after the key index", "mirror_merges-2026-11-28-12000000-64904c5.json"),
+                                                    ("before it", "mirror_merges-2026-11-28-12000000-7ac1dd3.json")],
+                              "docs/performance/index.md"),
+    "maintenance-current": (maintenance_table, [("newest", "maintenance-2026-11-26.json")], "docs/performance/index.md"),
     "tpcds": (tpcds_table, [("make bench-quick", "tpcds_customer-2026-12-03-sf10-quick.json"),
                             ("make bench-quick at 3f149bf", "tpcds_customer-2026-11-28-sf10-quick.json"),
                             ("--scale 10 --quick", "tpcds_customer-2026-11-28-sf10-quick-ff3a456.json"),
@@ -250,7 +363,7 @@ TABLES: dict[str, tuple[Callable[[list[tuple[str, str]]], list[str]], list[tuple
                             ("--scale 100 at 30ed98a", "tpcds_customer-2026-12-03-sf100-30ed98a.json"),
                             ("--full", "tpcds_customer-2026-11-22-sf100-full.json"),
                             ("--burst 2000000", "tpcds_customer-2026-11-26-sf100-burst2000000.json")],
-              "docs/performance.md"),
+              "docs/performance/history.md"),
     "peers": (peers_table, [("make bench-quick", "peers-2026-12-03-sf10-quick.json"),
                             ("make bench-quick at 3f149bf", "peers-2026-11-28-sf10-quick.json"),
                             ("--quick", "peers-2026-11-28-sf100-quick.json"),
@@ -267,7 +380,7 @@ TABLES: dict[str, tuple[Callable[[list[tuple[str, str]]], list[str]], list[tuple
                             ("--quick at aae827b", "peers-2026-12-02-sf100-quick-aae827b.json"),
                             ("--quick --rounds 3 at 2e03751", "peers-2026-12-02-sf100-quick-2e03751.json"),
                             ("--quick --rounds 3 at 661663d", "peers-2026-12-02-sf100-quick-661663d.json")],
-              "docs/performance.md"),
+              "docs/performance/history.md"),
 }
 
 
@@ -293,20 +406,24 @@ def render(document: str, text: str) -> str:
     return text
 
 
+def sync(wanted: dict[str, str], check: bool) -> list[str]:
+    """Write each generated document (its path from the repository's root -> the text it should
+    hold) whose file differs, or with ``check`` only find them; returns those that differed.
+    scripts/docs_pages.py writes the docs' reference pages with it too."""
+    stale = [name for name, text in wanted.items()
+             if not (ROOT / name).exists() or (ROOT / name).read_text() != text]
+    if not check:
+        for name in stale:
+            (ROOT / name).write_text(wanted[name])
+    return stale
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0] if __doc__ else None)
     p.add_argument("--check", action="store_true", help="exit 1 when a document's tables differ from the JSON")
     args = p.parse_args()
-    stale = []
-    for document in sorted({where for _, _, where in TABLES.values()}):
-        path = ROOT / document
-        current = path.read_text()
-        wanted = render(document, current)
-        if wanted == current:
-            continue
-        stale.append(document)
-        if not args.check:
-            path.write_text(wanted)
+    documents = sorted({where for _, _, where in TABLES.values()})
+    stale = sync({d: render(d, (ROOT / d).read_text()) for d in documents}, args.check)
     if args.check and stale:
         print(f"{', '.join(stale)}: the benchmark tables differ from benchmarks/results: run "
               "python benchmarks/readme_tables.py", file=sys.stderr)

@@ -82,8 +82,9 @@ class CommitTimer:
         self.sink_class.commit = self._original
 
 
-def parse_args(doc: str | None, argv: list[str] | None = None) -> argparse.Namespace:
-    """The options every stream-store benchmark takes."""
+def parse_args(doc: str | None, argv: list[str] | None = None,
+               extra: Callable[[argparse.ArgumentParser], object] | None = None) -> argparse.Namespace:
+    """The options every stream-store benchmark takes, and a store's own (``extra`` adds them)."""
     p = argparse.ArgumentParser(description=(doc or "").split("\n", 1)[0])
     p.add_argument("--scale", type=int, default=1, help="TPC-DS scale (1 = 100,000 customers)")
     p.add_argument("--burst", type=int, default=50_000, help="updates before the catch-up run")
@@ -95,6 +96,8 @@ def parse_args(doc: str | None, argv: list[str] | None = None) -> argparse.Names
     p.add_argument("--profile", action="store_true", help="cProfile the sink's commits")
     p.add_argument("--quick", action="store_true", help="a 20k-update burst (``make bench-quick``)")
     p.add_argument("--keep", action="store_true", help="keep the work directory")
+    if extra is not None:
+        extra(p)
     args = p.parse_args(argv)
     if args.quick:
         args.burst = min(args.burst, 20_000)

@@ -486,19 +486,21 @@ def paired_snapshots(rounds: int, peer: Callable[[], Any], ours: Callable[[], Pa
     alternating (the peer first in the first round), so that each pair meets the same machine and
     a drift of its load favours neither side; :func:`verdict` (peers.py: ``summary``) takes the
     median of the pairs' ratios. Each run appends its line to ``lines`` (a :class:`Line` or
-    peers.py's ``Run``), which gets ``detail["pair"]``. Returns the last snapshot's job, which the
-    catch-up continues; ``forget(job)`` clears an earlier one before the next snapshot reuses its
-    paths."""
+    peers.py's ``Run``; ``peer`` may run several peers, one line each), which gets
+    ``detail["pair"]``. Returns the last snapshot's job, which the catch-up continues;
+    ``forget(job)`` clears an earlier one before the next snapshot reuses its paths."""
     job: Path | None = None
     for pair in range(max(1, rounds)):
         for side in ("peer", "ours") if pair % 2 == 0 else ("ours", "peer"):
+            before = len(lines)
             if side == "peer":
                 peer()
             else:
                 if job is not None:
                     forget(job)
                 job = ours()
-            lines[-1].detail["pair"] = pair
+            for line in lines[before:]:
+                line.detail["pair"] = pair
     assert job is not None
     return job
 

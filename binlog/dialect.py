@@ -293,7 +293,7 @@ class SupportsTableJoin(ABC):
 
 class SupportsSchemaHistory:
     """A dialect that follows DDL with a schema history kept in the job's state
-    (:mod:`cdc.model.history`, docs/schema-evolution.md)."""
+    (:mod:`cdc.model.history`, docs/concepts/schema-evolution.md)."""
 
     history_store: HistoryStore | None = None  # the job's state directory, once bound
 

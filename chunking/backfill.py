@@ -3,7 +3,7 @@ filter of the stream (Flink CDC's ``shouldEmit``). Dialect-neutral: keys are ord
 dialect's :class:`~chunking.chunks.KeyOrder`, positions compared through the model's protocols.
 
 The lock-free chunk read is Flink CDC 2.0's refinement of DBLog, in two halves so the Spark
-source can run them in different micro-batches (see docs/architecture.md):
+source can run them in different micro-batches (see docs/contributing/architecture.md):
 
 * the dialect reads the chunk: it records the low watermark (LW), then SELECTs the chunk's key
   range (one consistent read, no locks);

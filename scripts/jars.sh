@@ -3,27 +3,35 @@
 #   jars/spark/  delta-spark, spark-sql-kafka, JDBC drivers: every Spark session's spark.jars
 #                (jars pyspark already ships are dropped: pyspark's copies win);
 #   jars/kafka/  Apache Kafka's broker (KRaft), for `python -m cdc sandbox kafka` and the tests;
-#   jars/pulsar/ Apache Pulsar's standalone broker, for `python -m cdc sandbox pulsar` and the tests.
-# Skips a folder whose pom has not changed since it was resolved (a stamp holds the pom's hash).
+#   jars/pulsar/ Apache Pulsar's standalone broker, for `python -m cdc sandbox pulsar` and the tests;
+#   jars/debezium/  Debezium 3.5's embedded engine and connectors, and the harnesses compiled from
+#                jvm/debezium/src (tests/test_debezium_differential.py, benchmarks/kafka_bench.py).
+# Skips a folder whose pom (and sources) have not changed since it was resolved (a stamp holds
+# their hash).
 # Usage: scripts/jars.sh [python]   (the interpreter that has pyspark; default .venv/bin/python)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${1:-.venv/bin/python}
 OUT=${SPARK_CDC_JARS:-jars}
 
-for tool in java mvn; do
+for tool in java javac jar mvn; do
   command -v "$tool" >/dev/null || { echo "jars: $tool is missing: install a Java 17 JDK and Maven (apt-get install openjdk-17-jdk-headless maven)" >&2; exit 1; }
 done
 
-resolve() {  # resolve <name>: jvm/<name>/pom.xml -> $OUT/<name>/
-  local name=$1 pom="jvm/$1/pom.xml" dir="$OUT/$1" stamp
-  stamp=$(sha256sum "$pom" | cut -c1-16)
+resolve() {  # resolve <name>: jvm/<name>/pom.xml -> $OUT/<name>/, and jvm/<name>/src compiled into a jar there
+  local name=$1 pom="jvm/$1/pom.xml" dir="$OUT/$1" src="jvm/$1/src/main/java" stamp
+  stamp=$(cat "$pom" $( [[ -d "$src" ]] && find "$src" -name '*.java' | sort) | sha256sum | cut -c1-16)
   if [[ -f "$dir/.stamp" && "$(cat "$dir/.stamp")" == "$stamp" ]]; then
     return
   fi
   echo "jars: resolving $pom into $dir (Maven Central, once)"
   rm -rf "$dir" "$dir.tmp"
   mvn -q -B -f "$pom" dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$PWD/$dir.tmp"
+  if [[ -d "$src" ]]; then
+    javac -nowarn --release 17 -cp "$dir.tmp/*" -d "$dir.tmp/classes" $(find "$src" -name '*.java')
+    jar cf "$dir.tmp/spark-cdc-$name.jar" -C "$dir.tmp/classes" .
+    rm -rf "$dir.tmp/classes"
+  fi
   mv "$dir.tmp" "$dir"
   echo "$stamp" > "$dir/.stamp"
 }
@@ -31,6 +39,7 @@ resolve() {  # resolve <name>: jvm/<name>/pom.xml -> $OUT/<name>/
 resolve kafka
 resolve pulsar
 resolve spark
+resolve debezium
 # Drop the jars pyspark ships itself (same artifact, any version), so no class is loaded twice.
 "$PY" - "$OUT/spark" <<'PYEOF'
 import os, re, sys
@@ -49,3 +58,4 @@ print(f"jars: {len(kept)} jars in {ours} for Spark (pyspark {pyspark.__version__
 PYEOF
 echo "jars: $(ls "$OUT/kafka" | grep -c '\.jar$') jars in $OUT/kafka for the Kafka broker"
 echo "jars: $(ls "$OUT/pulsar" | grep -c '\.jar$') jars in $OUT/pulsar for the Pulsar broker"
+echo "jars: $(ls "$OUT/debezium" | grep -c '\.jar$') jars in $OUT/debezium for Debezium (the differential tests, benchmarks/kafka_bench.py)"

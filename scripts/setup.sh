@@ -3,7 +3,8 @@
 #   Debian packages: mariadb-server, mariadb-client (the test/demo server), a Java 17 JDK and
 #                    Maven (Spark, the Kafka broker, resolving the jars), PostgreSQL, and
 #                    libmariadb-dev, pkg-config and gcc to build the optional mysqlclient backend;
-#   Python:          a virtualenv in $VENV (default .venv) with the project and its extras;
+#   Python:          a virtualenv in $VENV (default .venv) with the project and its extras
+#                    (dev: the tests; demo: `make demo`; docs: `make docs`);
 #   JVM jars:        scripts/jars.sh resolves jvm/*/pom.xml from Maven Central into jars/, once;
 #   start-up:        scripts/pyspark_bytecode.py compiles PySpark's zips and drops their tests;
 #                    the numba kernels that decode binlog rows are compiled into their cache.
@@ -13,7 +14,7 @@ cd "$(dirname "$0")/.."
 
 VENV=${VENV:-.venv}
 PYTHON=${PYTHON:-python3}
-EXTRAS=${EXTRAS:-dev,demo}
+EXTRAS=${EXTRAS:-dev,demo,docs}
 want_bench=0
 [[ "${1:-}" == "--bench" ]] && { want_bench=1; EXTRAS="$EXTRAS,bench"; }
 
@@ -62,7 +63,7 @@ echo "setup: installing spark-cdc[$EXTRAS] into $VENV"
 # (10-16 s) rather than by the first MySQL job's worker daemon, which loads them before it forks
 "$VENV/bin/python" -c 'from binlog.mysql import rows_kernels; rows_kernels.load()'
 scripts/jars.sh "$VENV/bin/python"
-if (( want_bench )); then  # the Flink CDC and Debezium harnesses of benchmarks/peers.py (Maven Central, once)
+if (( want_bench )); then  # the Flink CDC and Debezium harnesses of benchmarks/peers.py, MariaDB and PostgreSQL (Maven Central, once)
   "$VENV/bin/python" benchmarks/peers.py --build-only
 fi
 echo "setup: done ($("$VENV/bin/python" -c 'import pyspark; print("pyspark", pyspark.__version__)'), $(java -version 2>&1 | head -1))"

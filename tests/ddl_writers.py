@@ -1,7 +1,7 @@
 """DDL among random writers (issue #17, item 6): a writer that follows the table's columns, the
 source table kept at each DDL, and the replay check of the changelog.
 
-The checks rest on ``lenient`` (docs/schema-evolution.md): the sink schema only grows; a row
+The checks rest on ``lenient`` (docs/concepts/schema-evolution.md): the sink schema only grows; a row
 keeps the values of the last change that wrote it, and a column that change's schema did not
 have (added or renamed-to after it) is null, so is a column dropped or renamed away before it.
 """

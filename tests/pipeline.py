@@ -170,7 +170,7 @@ def assert_mirror_equals_source(p: Pipeline, table: str, schema: TableSchema,
 
 def lenient_rows(rows: list[dict[str, Any]], initial: list[dict[str, Any]], changes: list[Any], key: str,
                  columns: list[str]) -> dict[Any, dict[str, Any]]:
-    """The mirror ``lenient`` makes of the source ``rows`` (docs/schema-evolution.md), by key.
+    """The mirror ``lenient`` makes of the source ``rows`` (docs/concepts/schema-evolution.md), by key.
 
     ``changes`` are the binlog changes since ``initial`` (the rows then), in log order, each
     image holding the columns of the schema version it was written under. A row keeps, in a

@@ -144,6 +144,18 @@ def test_delta_jars_built_for_another_spark_name_both_versions() -> None:
     assert "pip install pyspark==4.2.0" not in message and "install pyspark==4.2.0" in message
 
 
+def test_a_relative_sink_path_is_registered_where_the_job_wrote_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``sink.path: ./lake`` (as in configs/example.yaml and the quick start) names the folder the
+    job wrote, not one under the catalog's warehouse, where Spark would resolve a relative location."""
+    monkeypatch.chdir(tmp_path)
+    names = delta_catalog._names(DeltaSinkConfig(path="./lake"), one_table("shop"))
+    assert [uri for _, _, uri in names] == [str(tmp_path / "lake/shop/t"), str(tmp_path / "lake/shop/t_changelog")]
+    s3 = delta_catalog._names(DeltaSinkConfig(path="s3://bucket/lake"), one_table("shop"))
+    assert s3[0][2] == "s3://bucket/lake/shop/t"
+
+
 def test_a_names_location_comes_from_the_metastore_without_loading_the_delta_table(
     spark: Any, tmp_path: Path
 ) -> None:

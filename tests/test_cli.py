@@ -1,5 +1,5 @@
 """The command line: validate (exit codes, one line per error), the spark-submit entry point,
-SIGTERM stopping a running job cleanly, and the config reference in README.md.
+and SIGTERM stopping a running job cleanly (the docs' generated pages: tests/test_docs.py).
 
 Two tests start the real commands as processes (a JVM each, ~10 s); the rest run in-process.
 """
@@ -20,7 +20,6 @@ import yaml
 
 from binlog.mysql.connection import Endpoint
 from cdc.app.cli import job_main, main
-from cdc.app.config import config_reference
 from cdc.app.sandbox.mysql import Sandbox
 from cdc.model.errors import SourceUnreachable
 from sinks.delta.tables import read_table
@@ -95,18 +94,6 @@ def test_spark_submit_entry_point_implies_run(tmp_path: Path, capsys: pytest.Cap
     path.write_text("checkpoint: c\n")
     assert job_main(["--config", str(path), "--once"]) == 2  # parsed as `run --config ... --once`
     assert "source: Field required" in capsys.readouterr().err
-
-
-def test_readme_benchmark_tables_are_the_results_json() -> None:
-    """README's benchmark tables are generated (benchmarks/readme_tables.py), never typed."""
-    check = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "readme_tables.py"), "--check"],
-                           capture_output=True, text=True)
-    assert check.returncode == 0, check.stderr
-
-
-def test_readme_config_reference_matches_the_code() -> None:
-    assert config_reference() in (ROOT / "README.md").read_text(), \
-        "README.md's Configuration reference is stale: paste `python -m cdc config-reference`"
 
 
 # --- real processes ------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ moments that matter, through its hooks (cdc/model/hooks.py): while batches are p
 chunks: the chunks staged before it have the DDL inside their window), right after a chunk's low
 watermark (before its SELECT: the read is done again under the new definition), and right after a
 chunk's SELECT (inside its window (LW, HW]: its rows stop at the DDL and the changes of its keys
-after it follow as changes). docs/schema-evolution.md, "DDL during a snapshot", has the rules.
+after it follow as changes). docs/concepts/schema-evolution.md, "DDL during a snapshot", has the rules.
 
 The checks: each changelog row carries the schema version in force where it was read or written;
 each change is in the changelog exactly once (present iff after its key's chunk); replaying the
@@ -232,7 +232,7 @@ def lenient_view(log: list[dict[str, Any]], versions: dict[int, list[str]], sour
     """The changelog replayed in log order (the table it gives), and what ``lenient`` says those
     rows must be given the source ``source`` at the same moment: each row as its last write left
     it, in a column that write's version lacks null, in a column the source has the source's
-    value (docs/schema-evolution.md). Only ``keys`` when given."""
+    value (docs/concepts/schema-evolution.md). Only ``keys`` when given."""
     table: dict[Any, dict[str, Any]] = {}
     last: dict[Any, list[str]] = {}
     for row in sorted(log, key=at or _at):

@@ -18,6 +18,9 @@ difference fails a test):
   (Source 1, Envelope 2), the full snapshot enum (7 values; the docs show 3, or a boolean),
   ``ts_us``/``ts_ns`` optional and after ``sequence`` in the source struct (the docs list them
   after ``ts_ms``, required), and the transaction block's name and version.
+* The envelope's field order: the examples end with ``transaction``; Debezium 3.5 itself writes
+  ``before, after, source, transaction, op, ts_ms, ts_us, ts_ns`` (seen by running it:
+  tests/test_debezium_differential.py), and so do we.
 """
 
 from __future__ import annotations
@@ -40,7 +43,8 @@ from hypothesis import strategies as st
 
 from binlog.mysql.event_rows import change_source
 from binlog.mysql.positions import ChangePosition
-from binlog.mysql.types import mysql_column, mysql_table
+from binlog.mysql.types import default_literal, mysql_column, mysql_table
+from cdc.model.debezium import values
 from cdc.model.debezium.codec import (
     ChangeRecord,
     DebeziumFormatError,
@@ -54,7 +58,7 @@ from cdc.model.debezium.codec import (
     record_from_event,
     to_changelog_rows,
 )
-from cdc.model.debezium.connect import SOURCE_FIELDS, DebeziumOptions
+from cdc.model.debezium.connect import SOURCE_FIELDS, DebeziumOptions, table_codecs
 from cdc.model.errors import Terminal
 from cdc.model.events import OPS, ChangeEvent, Op
 from cdc.model.schema import Column, TableId, TableSchema
@@ -400,7 +404,7 @@ def schema_diff(ours: Any, theirs: Any, path: str = "") -> set[str]:
 def test_value_schema_matches_the_documented_one_but_for_known_differences() -> None:
     for name, schema, known in [
         ("read.json", PRODUCTS_ON_HAND, {
-            ".version", "[source].version", "[source].fields(order)",
+            ".version", ".fields(order)", "[source].version", "[source].fields(order)",
             "[source].fields[snapshot].parameters.allowed",
             "[source].fields[ts_us].optional", "[source].fields[ts_ns].optional",
             "[transaction].name", "[transaction].version"}),
@@ -519,7 +523,7 @@ def test_spatial_values_travel_as_debezium_geometry_structs() -> None:
     assert got == {"x": 1.5, "y": -2.0, "wkb": base64.b64encode(value[4:]).decode(), "srid": 4326}
     assert field["name"] == "io.debezium.data.geometry.Point"
     got, field = encoded(col("v", "linestring"), value)
-    assert got == {"wkb": base64.b64encode(value[4:]).decode(), "srid": 4326, "extensions": None}
+    assert got == {"wkb": base64.b64encode(value[4:]).decode(), "srid": 4326}
     assert field["name"] == "io.debezium.data.geometry.Geometry"
 
 
@@ -658,6 +662,102 @@ def test_options_reject_unknown_modes() -> None:
         DebeziumOptions(decimal_handling_mode="exact")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="extra"):
         DebeziumOptions(decimal_mode="string")  # type: ignore[call-arg]
+
+
+# --- what Kafka's JsonConverter (Jackson) writes, and Debezium's column defaults ----------------
+
+def _created(row: dict[str, Any]) -> ChangeRecord:
+    return ChangeRecord("c", None, row, source_info(db="db", table="t"))
+
+
+@pytest.mark.parametrize(("value", "double", "float32"), [  # Java's Double.toString / Float.toString
+    (3.4028234e38, "3.4028234E38", "3.4028235E38"), (1.7976931348623157e308, "1.7976931348623157E308", None),
+    (5e-324, "4.9E-324", "0.0"), (1e-300, "1.0E-300", "0.0"), (16777216.0, "1.6777216E7", "1.6777216E7"),
+    (0.30000000000000004, "0.30000000000000004", "0.3"), (999.989990234375, "999.989990234375", "999.99"),
+    (0.1, "0.1", "0.1"), (100.0, "100.0", "100.0"), (1e7, "1.0E7", "1.0E7"), (9999999.0, "9999999.0", "9999999.0"),
+    (0.001, "0.001", "0.001"), (0.00099, "9.9E-4", "9.9E-4"), (-0.0, "-0.0", "-0.0"), (-2.25, "-2.25", "-2.25"),
+    (123456789.0, "1.23456789E8", "1.2345679E8"), (1.401298464324817e-45, "1.401298464324817E-45", "1.4E-45"),
+    # Java 19+; Java 17 writes these with more digits than needed (1.23456792E8, 9.999999999999999E22)
+    (1e23, "1.0E23", "1.0E23"),
+])
+def test_numbers_are_written_as_java_writes_them(value: float, double: str, float32: str | None) -> None:
+    assert orjson.dumps(values.java_double(value)).decode() == double
+    if float32 is not None:
+        assert orjson.dumps(values.java_float(value)).decode() == float32
+
+
+def test_strings_are_escaped_as_jackson_escapes_them() -> None:
+    raw = orjson.dumps({"a": "ctl \x1a tab\t e\U0001F600 \\u001a é"})
+    assert values.jackson_escapes(raw) == b'{"a":"ctl \\u001A tab\\t e\\uD83D\\uDE00 \\\\u001a \xc3\xa9"}'
+    assert orjson.loads(values.jackson_escapes(raw)) == orjson.loads(raw)
+    plain = orjson.dumps({"a": "x"})
+    assert values.jackson_escapes(plain) is plain
+
+
+@pytest.mark.parametrize(("catalog", "extra", "default"), [  # MariaDB's COLUMN_DEFAULT, MySQL 8's
+    ("'2000-01-01'", "", "2000-01-01"), ("'it''s'", "", "it's"), ("0.000", "", "0.000"), ("b'101'", "", "b'101'"),
+    ("NULL", "", None), (None, "", None), ("current_timestamp(3)", "", "1970-01-01 00:00:00"),
+    ("(1 + 1)", "", None), ("'NULL'", "", "NULL"), ("2000-01-01", "", "2000-01-01"),
+    ("CURRENT_TIMESTAMP", "DEFAULT_GENERATED", "1970-01-01 00:00:00"), ("(rand())", "DEFAULT_GENERATED", None),
+])
+def test_mysql_defaults_are_read_as_their_values(catalog: str | None, extra: str, default: str | None) -> None:
+    assert default_literal(catalog, extra) == default
+
+
+def test_defaults_are_in_the_schema_and_stand_for_nulls() -> None:
+    """Debezium's converters write a NOT NULL column's null as its default (else the type's
+    fallback), and JsonConverter (replace.null.with.default) a nullable one's too."""
+    schema = mysql_table(TableId("db", "t"), (
+        mysql_column("id", "int", "int(11)", False),
+        mysql_column("d", "date", "date", False, default="2000-01-01"),
+        mysql_column("ts", "timestamp", "timestamp(3)", False, datetime_precision=3, default="1970-01-01 00:00:00"),
+        mysql_column("b", "bit", "bit(10)", True, default="b'101'"),
+        mysql_column("note", "varchar", "varchar(5)", True, default="n"),
+        mysql_column("z", "date", "date", False, default="0000-00-00"),  # not a date: no default
+    ), ("id",))
+    for replace_null, note in ((False, None), (True, "n")):
+        options = DebeziumOptions(replace_null_with_default=replace_null)
+        codecs = {c.column: c for c in table_codecs(schema, options)}
+        assert codecs["d"].schema["default"] == 10957 and list(codecs["d"].schema)[-2:] == ["default", "field"]
+        assert codecs["ts"].schema["default"] == "1970-01-01T00:00:00Z"  # a default's digits: only those needed
+        assert codecs["b"].schema["default"] == base64.b64encode(b"\x05\x00").decode()
+        assert "default" not in codecs["z"].schema and codecs["z"].zero == 0
+        row = {"id": 1, "d": None, "ts": None, "b": None, "note": None, "z": None}
+        after = orjson.loads(encode_value(_created(row), schema, schemas_enabled=False,
+                                          options=options))["after"]
+        assert after == {"id": 1, "d": 10957, "ts": "1970-01-01T00:00:00Z", "z": 0, "note": note,
+                         "b": base64.b64encode(b"\x05\x00").decode() if replace_null else None}
+
+
+def test_the_time_adjuster_reads_years_below_100_as_two_digit_years() -> None:
+    schema = mysql_table(TableId("db", "t"), (mysql_column("id", "int", "int(11)", False),
+                                              mysql_column("d", "date", "date", True)), ("id",))
+    for day, on, off in ((dt.date(1, 1, 1), dt.date(2001, 1, 1), dt.date(1, 1, 1)),
+                         (dt.date(70, 6, 1), dt.date(1970, 6, 1), dt.date(70, 6, 1)),
+                         (dt.date(100, 1, 1), dt.date(100, 1, 1), dt.date(100, 1, 1))):
+        for adjust, expected in ((True, on), (False, off)):
+            after = orjson.loads(encode_value(_created({"id": 1, "d": day}), schema,
+                                              schemas_enabled=False,
+                                              options=DebeziumOptions(enable_time_adjuster=adjust)))["after"]
+            assert after["d"] == values.enc_date(expected)
+
+
+@pytest.mark.parametrize("chosen", ["mysql", "mariadb"])
+def test_a_mysql_source_speaks_as_the_connector_it_is_told(chosen: Literal["mysql", "mariadb"]) -> None:
+    """``source.debezium_connector`` (``auto``: the server's flavor, learnt at start)."""
+    from binlog.mysql.config import MySqlSourceConfig
+    from binlog.mysql.dialect import MySqlDialect
+    from binlog.mysql.positions import BinlogOffset
+
+    dialect = MySqlDialect(MySqlSourceConfig(port=1, username="u", tables=["db\\..*"], debezium_connector=chosen))
+    source = dialect.snapshot_source(TableId("db", "t"), BinlogOffset("mysql-bin.000001", 4, "0-1-5"), 7)
+    assert (source["connector"], source["gtid"], source["server_id"]) == (chosen, None, 0)
+    schema = mysql_table(TableId("db", "t"), (mysql_column("id", "int", "int(11)", False),), ("id",))
+    event = ChangeEvent(TableId("db", "t"), "r", None, {"id": 1}, None, 7, source)
+    value = orjson.loads(encode_value(record_from_event(event, connector_name="c", connector=chosen), schema,
+                                      schemas_enabled=True))
+    assert value["schema"]["fields"][2]["name"] == f"io.debezium.connector.{chosen}.Source"
+    assert value["payload"]["source"]["connector"] == chosen
 
 
 # --- one integration test: real column metadata and values from MariaDB --------------------------

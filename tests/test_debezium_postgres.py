@@ -26,6 +26,7 @@ Known differences from the documentation's examples (asserted below):
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
@@ -124,6 +125,8 @@ SOURCE_SCHEMA = {
         {"type": "int64", "optional": True, "field": "txId"},
         {"type": "int64", "optional": True, "field": "lsn"},
         {"type": "int64", "optional": True, "field": "xmin"},
+        {"type": "string", "optional": True, "field": "origin"},  # Debezium 3.5
+        {"type": "int64", "optional": True, "field": "origin_lsn"},
     ], "optional": False, "name": "io.debezium.connector.postgresql.Source", "version": 1,
     "field": "source"}
 
@@ -142,16 +145,18 @@ def test_create_event_is_the_documented_one() -> None:
         "source": {"version": row["source"]["version"], "connector": "postgresql", "name": PREFIX,
                    "ts_ms": ts, "snapshot": "false", "db": "postgres",
                    "sequence": '["24023119","24023128"]', "ts_us": ts * 1000, "ts_ns": ts * 10**6,
-                   "schema": "public", "table": "customers", "txId": 555, "lsn": 24023128, "xmin": None},
-        "op": "c", "ts_ms": ts, "ts_us": ts * 1000, "ts_ns": ts * 10**6, "transaction": None,
+                   "schema": "public", "table": "customers", "txId": 555, "lsn": 24023128, "xmin": None,
+                   "origin": None, "origin_lsn": None},
+        "transaction": None, "op": "c", "ts_ms": ts, "ts_us": ts * 1000, "ts_ns": ts * 10**6,
     }
+    assert list(payload) == ["before", "after", "source", "transaction", "op", "ts_ms", "ts_us", "ts_ns"]
     assert list(payload["source"]) == [name for name, _, _ in POSTGRES_SOURCE_FIELDS] == [
         "version", "connector", "name", "ts_ms", "snapshot", "db", "sequence", "ts_us", "ts_ns",
-        "schema", "table", "txId", "lsn", "xmin"]
+        "schema", "table", "txId", "lsn", "xmin", "origin", "origin_lsn"]
     schema = message["schema"]
     assert schema["name"] == "PostgreSQL_server.public.customers.Envelope" and schema["version"] == 2
-    assert [f["field"] for f in schema["fields"]] == [
-        "before", "after", "source", "op", "ts_ms", "ts_us", "ts_ns", "transaction"]
+    assert [f["field"] for f in schema["fields"]] == [  # Debezium 3.5's order (the docs show transaction last)
+        "before", "after", "source", "transaction", "op", "ts_ms", "ts_us", "ts_ns"]
     value = {"type": "struct", "fields": [
         {"type": "int32", "optional": False, "field": "id"},
         {"type": "string", "optional": False, "field": "first_name"},
@@ -226,7 +231,7 @@ def test_snapshot_read_event() -> None:
         "version": row["source"]["version"], "connector": "postgresql", "name": PREFIX,
         "ts_ms": 1700000000000, "snapshot": "true", "db": "postgres", "sequence": '[null,"24023128"]',
         "ts_us": 1700000000000000, "ts_ns": 1700000000000000000, "schema": "public",
-        "table": "customers", "txId": None, "lsn": 24023128, "xmin": None}
+        "table": "customers", "txId": None, "lsn": 24023128, "xmin": None, "origin": None, "origin_lsn": None}
     record = decode_value(orjson.dumps(message))
     assert record is not None and record.op == "r"
     assert record.source == PostgresSourceInfo(
@@ -243,11 +248,20 @@ def test_the_database_name_is_required() -> None:
         record_from_row(row, CUSTOMERS)
 
 
-def test_an_update_without_before_names_replica_identity() -> None:
-    row = change_row(CUSTOMERS, "c", None, ANNE, pg_source(ts_ms=0, lsn=1), 0)
-    message = orjson.loads(encode_value(record_from_row(row, CUSTOMERS, database=DATABASE),
-                                        CUSTOMERS, schemas_enabled=False))
-    message["op"] = "u"
+def test_an_update_under_replica_identity_default_has_no_before_as_in_debezium() -> None:
+    """pgoutput sends no old row for such an update; the change row's key-only before is ours, and
+    Debezium writes ``before: null``. It decodes to +U alone; a delete without before names the fix."""
+    default = replace(CUSTOMERS, replica_identity="d")
+    row = change_row(default, "u", KEY_ONLY, ANNE, pg_source(ts_ms=0, lsn=1, txId=1, commit_lsn=2, row=0), 0)
+    record = record_from_row(row, default, database=DATABASE)
+    assert record.before is None
+    message = orjson.loads(encode_value(record, default, schemas_enabled=False))
+    assert message["before"] is None and message["op"] == "u"
+    assert decode_changelog(orjson.dumps(message), default) == [(RowKind.UPDATE_AFTER, ANNE)]
+    full = replace(CUSTOMERS, replica_identity="f")
+    assert record_from_row(change_row(full, "u", KEY_ONLY, ANNE, pg_source(ts_ms=0, lsn=1), 0), full,
+                           database=DATABASE).before == KEY_ONLY
+    message["op"], message["after"] = "d", None
     with pytest.raises(DebeziumFormatError, match="REPLICA IDENTITY FULL"):
         decode_value(orjson.dumps(message), CUSTOMERS)
 
@@ -490,3 +504,14 @@ def test_records_are_for_their_table() -> None:
     assert isinstance(record, ChangeRecord) and record.table_id == TableId("public", "customers")
     with pytest.raises(DebeziumFormatError, match=r"record for public\.customers cannot be encoded"):
         encode_value(record, other, schemas_enabled=False)
+
+
+@pytest.mark.parametrize(("expr", "default"), [  # pg_get_expr of pg_attrdef
+    ("'x'::text", "x"), ("0", "0"), ("'-1'::integer", "-1"), ("(-1.5)", "-1.5"), ("true", "true"),
+    ("'2000-01-01'::date", "2000-01-01"), ("'it''s'::character varying", "it's"),
+    ("nextval('t_id_seq'::regclass)", None), ("now()", None), (None, None),
+])
+def test_postgres_defaults_are_read_as_their_values(expr: str | None, default: str | None) -> None:
+    from binlog.postgres.types import default_literal
+
+    assert default_literal(expr) == default

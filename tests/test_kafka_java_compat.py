@@ -17,6 +17,7 @@ from change_batches import batch, event
 from test_kafka_sink import CUSTOMERS, config, customer, sink_for, staged
 
 from cdc.app.sandbox.kafka import KafkaSandbox
+from cdc.model.debezium.headers import context_headers
 from sinks.stream.messages import Message, encode_rows, with_headers
 
 PARTITIONS = 5
@@ -38,13 +39,14 @@ def test_partitions_and_bytes_match_the_java_client(spark: Any, kafka_broker: Ka
     sink.close()
 
     expected: dict[int, list[tuple[Any, ...]]] = defaultdict(list)
+    context = context_headers("test", "mysql", sink.run_id)  # Debezium 3's, on every message
     for rows in (events, changes):
         table = encode_rows(c, CUSTOMERS, batch(CUSTOMERS, rows))
         messages = (Message(k, v, o, p) for k, v, o, p in zip(*(table[n].to_pylist() for n in table.column_names),
                                                                 strict=True))
         for m in with_headers(messages, c.schemas_enable):
             assert m.key is not None
-            expected[java_partition(spark, m.key, PARTITIONS)].append((m.key, m.value, m.headers))
+            expected[java_partition(spark, m.key, PARTITIONS)].append((m.key, m.value, m.headers + context))
     assert len(expected) == PARTITIONS, "200 keys spread over every partition"
     assert any(h for msgs in expected.values() for _, _, h in msgs), "the key update carries headers"
 

@@ -30,6 +30,7 @@ from cdc.app.sandbox.kafka import KafkaSandbox
 from cdc.app.sandbox.mysql import free_port
 from cdc.model.debezium.codec import decode_changelog, decode_key, decode_value, encode_value
 from cdc.model.debezium.connect import table_codecs
+from cdc.model.debezium.headers import CONNECTOR_NAME, LOGICAL_NAME, RUN_ID, TASK_ID
 from cdc.model.schema import TableId, TableSchema
 from sinks.base import SinkError, TableBatch
 from sinks.kafka.config import KafkaSinkConfig
@@ -107,15 +108,18 @@ def test_messages_are_debezium_events_with_tombstones_and_key_update_headers(
     assert keys == [{"id": 1}, {"id": 2}, {"id": 2}, {"id": 1}, {"id": 1}, {"id": 2}, {"id": 2}, {"id": 7}]
     first = docs[0]
     assert first is not None and list(first) == ["schema", "payload"]
-    assert list(first["payload"]) == ["before", "after", "source", "op", "ts_ms", "ts_us", "ts_ns",
-                                      "transaction"], "Debezium's Envelope field order"
+    assert list(first["payload"]) == ["before", "after", "source", "transaction", "op", "ts_ms", "ts_us",
+                                      "ts_ns"], "Debezium 3.5's Envelope field order"
     assert [f["field"] for f in first["schema"]["fields"]] == list(first["payload"])
     assert first["schema"]["name"] == "test.inventory.customers.Envelope"
     assert orjson.loads(got[0].key)["schema"]["name"] == "test.inventory.customers.Key"
-    headers = [dict(r.headers) for r in got]
-    assert headers[:5] == [{}] * 5
-    assert headers[5] == headers[6] == {"__debezium.newkey": b'{"id":7}'}
-    assert headers[7] == {"__debezium.oldkey": b'{"id":2}'}
+    headers = [r.headers for r in got]
+    context = headers[0]  # Debezium 3's context headers, the same on every message of a run
+    assert [n for n, _ in context] == [LOGICAL_NAME, TASK_ID, CONNECTOR_NAME, RUN_ID]
+    assert dict(context)[LOGICAL_NAME] == b"test" and dict(context)[CONNECTOR_NAME] == b"mysql"
+    assert headers[:5] == [context] * 5
+    assert headers[5] == headers[6] == (("__debezium.newkey", b'{"id":7}'), *context)
+    assert headers[7] == (("__debezium.oldkey", b'{"id":2}'), *context)
     assert len({r.partition for r in got if orjson.loads(r.key)["payload"] == {"id": 2}}) == 1
 
 
@@ -132,7 +136,8 @@ def test_schemas_disabled_and_no_tombstones(kafka_broker: KafkaSandbox, tmp_path
 
 def test_the_sink_encodes_values_as_debezium_does(tmp_path: Any) -> None:
     """BIGINT UNSIGNED as `long` by default (wrapping, like Debezium), FLOAT as its shortest
-    decimal, FLOAT(M,D) as FLOAT64 with D digits, zero dates in NOT NULL columns as the epoch."""
+    decimal, FLOAT(M,D) as the FLOAT64 of the float32 the server stores, zero dates in NOT NULL
+    columns as the epoch."""
     schema = mysql_table(TableId("db", "vals"), (
         mysql_column("id", "int", "int(11)", False),
         mysql_column("u", "bigint", "bigint(20) unsigned", True),
@@ -152,6 +157,9 @@ def test_the_sink_encodes_values_as_debezium_does(tmp_path: Any) -> None:
         after = orjson.loads(encode_rows(c, schema, rows)["value"][0].as_py())["after"]
         assert after == {"id": 1, "u": u, "f": 3.14, "fmd": 2.5, "d0": 0, "dt0": 0,
                          "ts0": "1970-01-01T00:00:00Z", "dn": None}
+    image["fmd"] = 999.99  # FLOAT(7,2): the float32 999.99 is 999.989990234375 (what Debezium writes)
+    rows = pa.Table.from_pylist([event("c", None, image, 5)], schema=batch(schema, []).schema)
+    assert b'"fmd":999.989990234375,' in encode_rows(c, schema, rows)["value"][0].as_py()
     fields = {f.column: f.schema for f in table_codecs(schema, c.debezium_options())}
     assert fields["f"]["type"] == "float" and fields["fmd"]["type"] == "double"
     assert b'"f":3.14,' in encode_rows(c, schema, rows)["value"][0].as_py()
@@ -210,6 +218,17 @@ def test_a_zombie_producer_is_fenced(kafka_broker: KafkaSandbox, tmp_path: Any) 
         old.commit(0, [staged(old, s, [event("c", None, row(s, (1,)), 1)])])
     assert new.commit(0, [staged(new, s, [event("c", None, row(s, (1,)), 1)])])[0].changes
     assert len(read_topic(c.bootstrap_servers, c.topic(s.table_id))) == 1
+
+
+def test_two_kafka_sinks_of_one_job_do_not_fence_each_other(kafka_broker: KafkaSandbox, tmp_path: Any) -> None:
+    s = SINGLE_KEY
+    first, second = config(kafka_broker, tmp_path / "a"), config(kafka_broker, tmp_path / "b")
+    sinks = [sink_for(first, s), sink_for(second, s)]  # a job's `sink:` list, in order
+    for i in range(2):
+        for sink in sinks:
+            assert sink.commit(i, [staged(sink, s, [event("c", None, row(s, (i,)), i + 1)])])[0].changes
+    for c in (first, second):
+        assert len(read_topic(c.bootstrap_servers, c.topic(s.table_id))) == 2
 
 
 # ------------------------------------------------------------------ errors

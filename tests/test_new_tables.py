@@ -1,4 +1,4 @@
-"""Tables that join and leave a running job (docs/schema-evolution.md, "New and dropped tables").
+"""Tables that join and leave a running job (docs/concepts/schema-evolution.md, "New and dropped tables").
 
 A continuous job runs in a thread of the test process (the real runner, the shared Spark
 session) with ``source.table_discovery_interval: 1s`` while random writers change its tables.

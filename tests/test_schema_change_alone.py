@@ -1,5 +1,5 @@
 """A DDL with no change after it reaches the sinks in the batch whose log slice holds it
-(docs/schema-evolution.md, "When the sinks see a DDL"), as Debezium publishes a schema change when
+(docs/concepts/schema-evolution.md, "When the sinks see a DDL"), as Debezium publishes a schema change when
 it reads the statement, not with the table's next change.
 
 Against the MariaDB fixture: the binlog reader hands each DDL over once wherever a slice is cut
@@ -197,7 +197,8 @@ def test_a_ddl_alone_is_published_once_by_the_batch_that_reads_it(
     assert (event["ddl"], event["databaseName"]) == (ADD, database)
     file, pos = statement_position(mysql_server, before, ADD)
     source = event["source"]
-    assert (source["file"], source["pos"], source["query"], source["table"]) == (file, pos, ADD, "t")
+    # source.query is null, as in Debezium without include.query (source.include_query)
+    assert (source["file"], source["pos"], source["query"], source["table"]) == (file, pos, None, "t")
     assert began - 1 <= source["ts_ms"] // 1000 <= ended + 1 and source["server_id"] > 0, source
     [change] = event["tableChanges"]
     assert [c["name"] for c in change["table"]["columns"]] == ["id", "name", "qty", "note"]

@@ -1,4 +1,4 @@
-"""Schema evolution on Postgres (docs/schema-evolution.md): pgoutput's Relation messages make
+"""Schema evolution on Postgres (docs/concepts/schema-evolution.md): pgoutput's Relation messages make
 schema versions, and DDL flows to Delta as it does from MySQL.
 
 The reader tests decode a real slot's log with both decoders (column-wise and per row) through

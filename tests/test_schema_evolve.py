@@ -1,4 +1,4 @@
-"""``schema_change.behavior: evolve`` and ``try_evolve`` (docs/schema-evolution.md): each DDL applied
+"""``schema_change.behavior: evolve`` and ``try_evolve`` (docs/concepts/schema-evolution.md): each DDL applied
 exactly to the sinks.
 
 Unit tests (no server): the sink schema's lineage, renames from MySQL DDL and from Postgres

@@ -1,4 +1,4 @@
-"""Secrets stay secret (docs/security.md): a distinctive password, given through ``${ENV}`` or
+"""Secrets stay secret (docs/operating/security.md): a distinctive password, given through ``${ENV}`` or
 ``source.password_file``, must not appear in what a job leaves behind or shows.
 
 A real job runs the way a user starts it (``python -m cdc -v run --config job.yaml --once``, in a

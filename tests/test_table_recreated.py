@@ -1,4 +1,4 @@
-"""A captured table dropped and created again under the same name (docs/schema-evolution.md, "New
+"""A captured table dropped and created again under the same name (docs/concepts/schema-evolution.md, "New
 and dropped tables").
 
 The table leaves the job's offsets when the job finds it gone, and joins them again, with a

@@ -1,4 +1,4 @@
-"""TLS to the sources (``source.ssl_mode``, ``ssl_ca``, ``ssl_cert``, ``ssl_key``): docs/security.md.
+"""TLS to the sources (``source.ssl_mode``, ``ssl_ca``, ``ssl_cert``, ``ssl_key``): docs/operating/security.md.
 
 Unit tests check how the settings map onto each driver. Integration tests start a MariaDB and a
 PostgreSQL with TLS (a CA, server and client certificates made in a temp folder), whose CDC users

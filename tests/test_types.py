@@ -12,7 +12,7 @@ One table, ``every_type``, holds a column of every MySQL/MariaDB type and rows o
    then spot-checks documented Debezium encodings.
 
 It runs against the session server (time zone UTC) and against a server started with
-``--default-time-zone=+05:30`` whose rows are written in the server's own zone. docs/types.md is
+``--default-time-zone=+05:30`` whose rows are written in the server's own zone. docs/sources/types.md is
 the type table these tests prove.
 """
 
@@ -311,7 +311,7 @@ def check_documented_encodings(encoded: dict[int, dict[str, Any]]) -> None:
     assert top["bn"] == b64(b"\x00\xff\x01\x02") and low["bn"] == b64(b"\x00" * 4)
     assert top["pt"] == {"x": 1.5, "y": -2.25, "srid": 4326,
                          "wkb": b64(bytes.fromhex("0101000000") + struct.pack("<dd", 1.5, -2.25))}
-    assert top["geo"]["srid"] == 4326 and set(top["geo"]) == {"wkb", "srid", "extensions"}
+    assert top["geo"]["srid"] == 4326 and set(top["geo"]) == {"wkb", "srid"}
     assert all(encoded[3][c] is None for c in encoded[3] if c not in ("id", "touch"))
     for column in ("d", "dt0", "dt6", "ts0", "ts6"):
         assert zero[column] is None, column  # zero dates are NULL
@@ -354,7 +354,7 @@ def delta_types(p: Pipeline) -> dict[str, str]:
     return {f.name: str(getattr(f.type, "type", f.type)) for f in table.schema().fields}
 
 
-# The types docs/types.md lists, as the stream (Spark) and the mirror (Delta) declare them.
+# The types docs/sources/types.md lists, as the stream (Spark) and the mirror (Delta) declare them.
 SPARK_AND_DELTA = {
     "i8": ("ShortType()", "short"), "u8": ("ShortType()", "short"),
     "flag": ("ShortType()", "short"), "u16": ("IntegerType()", "integer"),

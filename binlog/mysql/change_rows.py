@@ -36,13 +36,17 @@ def _op_text() -> pa.Array:
     return pa.array(["c", "u", "d"], pa.string())
 
 
-def event_rows_envelope(schema: TableSchema, events: Sequence[EventRows], *, name: str) -> pa.Table:
+def event_rows_envelope(schema: TableSchema, events: Sequence[EventRows], *, name: str,
+                        connector: str = CONNECTOR, include_query: bool = True) -> pa.Table:
     """Change rows for the events of one table, in event order.
 
     Args:
         schema: the table's schema (the events' images are typed by it).
         events: change events of the table, in binlog order.
         name: the logical server name (``source.name``).
+        connector: the Debezium connector the rows speak as (``source.connector``: ``mysql`` or
+            ``mariadb``).
+        include_query: put each event's statement in ``source.query`` (else null).
 
     Raises:
         ValueError: a event is of another table.
@@ -76,7 +80,7 @@ def event_rows_envelope(schema: TableSchema, events: Sequence[EventRows], *, nam
         [_op_text().take(pa.array(out_ops)),
          _pick(schema, before, before_at[source_row], out_ops != _C),
          _pick(schema, after, after_at[source_row], out_ops != _D),
-         _source(events, name, event, row_in_event),
+         _source(events, name, connector, include_query, event, row_in_event),
          pa.array([b.ts_ms for b in events], pa.int64()).take(pa.array(event))],
         schema=envelope_schema(schema),
     )
@@ -121,12 +125,12 @@ def _pick(schema: TableSchema, images: pa.Table, at: np.ndarray, present: np.nda
     return rows.take(pa.array(at, mask=~present))
 
 
-def _source(events: Sequence[EventRows], name: str, event: np.ndarray,
+def _source(events: Sequence[EventRows], name: str, connector: str, include_query: bool, event: np.ndarray,
             row_in_event: np.ndarray) -> pa.StructArray:
     """The Debezium ``source`` struct: per-event fields spread to rows, plus the row index."""
     per_event = {
         "version": pa.array([__version__] * len(events), pa.string()),
-        "connector": pa.array([CONNECTOR] * len(events), pa.string()),
+        "connector": pa.array([connector] * len(events), pa.string()),
         "name": pa.array([name] * len(events), pa.string()),
         "ts_ms": pa.array([b.ts_ms for b in events], pa.int64()),
         "snapshot": pa.array(["false"] * len(events), pa.string()),
@@ -137,7 +141,7 @@ def _source(events: Sequence[EventRows], name: str, event: np.ndarray,
         "file": pa.array([b.file for b in events], pa.string()),
         "pos": pa.array([b.pos for b in events], pa.int64()),
         "thread": pa.array([b.thread for b in events], pa.int64()),
-        "query": pa.array([b.query for b in events], pa.string()),
+        "query": pa.array([b.query if include_query else None for b in events], pa.string()),
     }
     take = pa.array(event)
     first_rows = np.array([b.first_row for b in events], np.int64)

@@ -5,7 +5,7 @@ validate`` wants the whole list: the CDC user's grants (REPLICATION SLAVE, REPLI
 SELECT on each table), the binlog settings (``log_bin``, ``binlog_format=ROW``,
 ``binlog_row_image=FULL``, ``binlog_row_metadata=FULL``) and how long binlogs are kept
 (``binlog_expire_logs_seconds``, or MariaDB's ``expire_logs_days``), GTIDs (what a restart on a
-promoted replica resumes by, docs/gtid-failover.md), and on a replica ``log_slave_updates``
+promoted replica resumes by, docs/operating/failover.md), and on a replica ``log_slave_updates``
 (without it the replica's binlog lacks every replicated change).
 
 Runs on the driver, as the CDC user; reads only.

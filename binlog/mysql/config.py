@@ -20,7 +20,7 @@ class SpecificOffset(ConfigModel):
     pos: int | None = Field(default=None, ge=4, description="position in that file (4 = its start)")
     gtid: str | None = Field(default=None, description="a GTID set: the stream starts after exactly these "
                              "transactions. MariaDB `domain-server-seq` per domain (`0-1-100,1-2-7`), MySQL "
-                             "`uuid:1-100` per source (needs `gtid_mode=ON`); docs/gtid-failover.md")
+                             "`uuid:1-100` per source (needs `gtid_mode=ON`); docs/operating/failover.md")
 
     @field_validator("gtid")
     @classmethod
@@ -78,7 +78,17 @@ class MySqlSourceConfig(SourceConfig):
     name: str = Field(default="mysql", description="the logical source name (Debezium's `topic.prefix`, "
                       "`source.name` in every change)")
     schema_change: SchemaChangeConfig = Field(default_factory=SchemaChangeConfig, description="how DDL on a "
-                                              "captured table reaches the sinks (docs/schema-evolution.md)")
+                                              "captured table reaches the sinks (docs/concepts/schema-evolution.md)")
+    include_query: bool = Field(default=False, description="Debezium's `include.query`: put the statement "
+                                "that made each change (the binlog's annotate/rows-query event; MySQL needs "
+                                "`binlog_rows_query_log_events=ON`) in `source.query`; off (Debezium's default), "
+                                "`source.query` is null")
+    debezium_connector: Literal["auto", "mysql", "mariadb"] = Field(
+        default="auto", description="the Debezium connector the changes speak as: `source.connector` and the "
+        "`source` block's schema name `io.debezium.connector.<connector>.Source` in every change and schema "
+        "change event (Kafka) and in the changelog's `source`. `auto`: the server's own, Debezium's MariaDB "
+        "connector for a MariaDB server, its MySQL connector for MySQL; `mysql` keeps the MySQL connector's "
+        "form on MariaDB, for consumers written against it (docs/sinks/kafka.md)")
 
     @field_validator("server_id")
     @classmethod

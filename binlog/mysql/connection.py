@@ -4,7 +4,7 @@ The password never appears in ``repr``/``str`` (so it cannot reach a log line or
 string). Connections are opened where they are used: on the driver for planning, inside
 ``read()`` on executors.
 
-TLS (``source.ssl_mode``, ``ssl_ca``, ``ssl_cert``, ``ssl_key``; docs/security.md) maps onto
+TLS (``source.ssl_mode``, ``ssl_ca``, ``ssl_cert``, ``ssl_key``; docs/operating/security.md) maps onto
 pymysql as :func:`pymysql_tls` says; the binlog connections (python-mysql-replication) get the
 same keyword arguments, because that library hands its ``connection_settings`` to pymysql.
 """

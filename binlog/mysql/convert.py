@@ -111,7 +111,7 @@ class RowConverter:
 
     Args:
         schema: the table's columns, in the order the binlog lists them.
-        version: the schema history's version of ``schema`` (docs/schema-evolution.md).
+        version: the schema history's version of ``schema`` (docs/concepts/schema-evolution.md).
     """
 
     def __init__(self, schema: TableSchema, version: int = 0) -> None:

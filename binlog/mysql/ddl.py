@@ -26,7 +26,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
-from binlog.mysql.types import lower_keywords, mysql_column, mysql_table
+from binlog.mysql.types import EPOCH_DEFAULT, lower_keywords, mysql_column, mysql_table
 from cdc.model.errors import UnsupportedDdl
 from cdc.model.schema import Column, TableId, TableSchema
 
@@ -243,7 +243,7 @@ def _apply(schema: TableSchema, action: exp.Expression, sql: str) -> TableSchema
     if isinstance(action, exp.AddConstraint):
         for c in action.expressions:
             if isinstance(c, exp.PrimaryKey):
-                schema = replace(schema, primary_key=tuple(_unquote(e.name) for e in c.expressions))
+                schema = _key_not_null(replace(schema, primary_key=tuple(_unquote(e.name) for e in c.expressions)))
         return schema
     if isinstance(action, (exp.AlterColumn, exp.Drop)):  # defaults, indexes, constraints
         return schema
@@ -269,7 +269,7 @@ def _create(db: str, sql: str, tree: exp.Create, captured: Callable[[TableId], b
             key = (column.name,) if primary else key
         elif isinstance(part, exp.PrimaryKey):
             key = tuple(_unquote(e.name) for e in part.expressions)
-    return [TableDdl(table, "create", mysql_table(table, tuple(columns), key), sql)]
+    return [TableDdl(table, "create", _key_not_null(mysql_table(table, tuple(columns), key)), sql)]
 
 
 def _column(definition: exp.ColumnDef) -> tuple[Column, bool]:
@@ -277,7 +277,7 @@ def _column(definition: exp.ColumnDef) -> tuple[Column, bool]:
     kind = definition.args.get("kind")
     if not isinstance(kind, exp.DataType):
         raise ValueError(f"column {definition.name} has no type")
-    nullable, primary, charset, collation = True, False, None, None
+    nullable, primary, charset, collation, default = True, False, None, None, None
     for c in definition.args.get("constraints") or []:
         k = c.args.get("kind")
         if isinstance(k, exp.NotNullColumnConstraint):
@@ -288,6 +288,8 @@ def _column(definition: exp.ColumnDef) -> tuple[Column, bool]:
             charset = k.this.name.lower()
         elif isinstance(k, exp.CollateColumnConstraint):
             collation = k.this.name.lower()
+        elif isinstance(k, exp.DefaultColumnConstraint):
+            default = _default_text(k.this)
     column_type = lower_keywords(kind.sql("mysql"))
     if kind.this == exp.DataType.Type.BOOLEAN:
         column_type = "tinyint(1)"
@@ -305,7 +307,32 @@ def _column(definition: exp.ColumnDef) -> tuple[Column, bool]:
     if data_type not in _STRING_TYPES:
         charset = collation = None
     return mysql_column(definition.name, data_type, column_type, nullable, precision=precision, scale=scale,
-                        datetime_precision=dtp, charset=charset, collation=collation), primary
+                        datetime_precision=dtp, charset=charset, collation=collation, default=default), primary
+
+
+def _default_text(value: exp.Expression) -> str | None:
+    """A ``DEFAULT`` clause's value as :func:`binlog.mysql.types.default_literal` gives it from the
+    catalog: a literal's text, ``b'..'``, ``1``/``0`` for TRUE/FALSE; None for NULL and expressions."""
+    if isinstance(value, exp.Literal):
+        return value.name
+    if isinstance(value, exp.Neg) and isinstance(value.this, exp.Literal) and not value.this.is_string:
+        return "-" + value.this.name
+    if isinstance(value, exp.BitString):
+        return f"b'{value.name}'"
+    if isinstance(value, exp.Boolean):
+        return "1" if value.this else "0"
+    if isinstance(value, (exp.CurrentTimestamp, exp.CurrentDatetime)) or (
+            isinstance(value, exp.Anonymous) and value.name.lower() in ("now", "localtime", "localtimestamp")):
+        return EPOCH_DEFAULT  # as Debezium's default value converter has CURRENT_TIMESTAMP
+    return None
+
+
+def _key_not_null(schema: TableSchema) -> TableSchema:
+    """The primary-key columns made NOT NULL, as the server makes them (a table-level PRIMARY KEY
+    over columns declared without NOT NULL)."""
+    key = {k.lower() for k in schema.primary_key}
+    return replace(schema, columns=tuple(replace(c, nullable=False) if c.name.lower() in key else c
+                                         for c in schema.columns))
 
 
 def _insert(schema: TableSchema, column: Column, position: exp.Expression | None) -> TableSchema:

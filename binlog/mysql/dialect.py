@@ -56,7 +56,7 @@ from binlog.mysql.server import (
 )
 from binlog.mysql.stream import locate_gtid
 from binlog.mysql.timestamps import offset_at
-from binlog.mysql.types import CONNECTOR, load_table_schema
+from binlog.mysql.types import load_table_schema
 from cdc.model.config import SourceConfig
 from cdc.model.envelope import envelope_schema, source_block
 from cdc.model.errors import ConfigError, InvalidBinlogPosition, SchemaChanged
@@ -164,6 +164,26 @@ class MySqlDialect(Dialect, SupportsSplitSlices, SupportsBatchCap, SupportsState
 
     def check_source(self, conn: Any) -> None:
         check_server(conn, ServerIdRange.parse(self.mysql.server_id))
+        self._learn_connector(conn)
+
+    _connector: str | None = None  # source.debezium_connector, resolved (auto: the server's flavor)
+
+    @property
+    def connector(self) -> str:
+        """The Debezium connector the changes speak as, ``mysql`` or ``mariadb``
+        (``source.debezium_connector``; ``auto`` asks the server once: the driver learns it at start,
+        an executor whose dialect was made afresh connects once)."""
+        if self._connector is None and self.mysql.debezium_connector != "auto":
+            self._connector = self.mysql.debezium_connector
+        if self._connector is None:
+            with contextlib.closing(self.connect()) as conn:
+                self._learn_connector(conn)
+        assert self._connector is not None
+        return self._connector
+
+    def _learn_connector(self, conn: Any) -> None:
+        chosen = self.mysql.debezium_connector
+        self._connector = flavor(conn) if chosen == "auto" else chosen
 
     def discover_tables(self, conn: Any, patterns: Sequence[str]) -> list[TableId]:
         with conn.cursor() as cur:
@@ -174,6 +194,8 @@ class MySqlDialect(Dialect, SupportsSplitSlices, SupportsBatchCap, SupportsState
         return _matching(visible, patterns)
 
     def table_schema(self, conn: Any, table: TableId) -> TableSchema:
+        if self._connector is None:
+            self._learn_connector(conn)
         return load_table_schema(conn, table)
 
     def chunk_key(self, schema: TableSchema) -> Column:
@@ -321,8 +343,9 @@ class MySqlDialect(Dialect, SupportsSplitSlices, SupportsBatchCap, SupportsState
 
     def snapshot_source(self, table: TableId, high_watermark: Any, ts_ms: int) -> dict[str, Any]:
         hw: BinlogOffset = high_watermark
-        return source_block(CONNECTOR, self.mysql.name, table, ts_ms, "true",
-                            {"server_id": 0, "gtid": hw.gtid, "file": hw.file, "pos": hw.pos, "row": 0})
+        # as Debezium's snapshot reads: server id 0, no GTID, the position the read stands for
+        return source_block(self.connector, self.mysql.name, table, ts_ms, "true",
+                            {"server_id": 0, "gtid": None, "file": hw.file, "pos": hw.pos, "row": 0})
 
 
 @runtime_checkable
@@ -499,7 +522,9 @@ class MySqlLogReader:
             for mine in runs:
                 first, version = mine[0], mine[0].version
                 source = history.versions(table)[version].schema
-                rows = event_rows_envelope(source, mine, name=self.dialect.mysql.name)
+                rows = event_rows_envelope(source, mine, name=self.dialect.mysql.name,
+                                           connector=self.dialect.connector,
+                                           include_query=self.dialect.mysql.include_query)
                 sink = history.sink_schema(table, version)
                 if sink is not source:
                     rows = project_rows(rows, sink)
@@ -520,20 +545,22 @@ class MySqlLogReader:
                 continue
             handed.add((table, version.version))
             sink = history.sink_schema(table, version.version)
-            change = self._schema_change(table, version, ddl.ts_ms, ddl.server_id)
+            change = self._schema_change(table, version, ddl.ts_ms, ddl.server_id, ddl.gtid)
             yield ChangeRows(table, with_schema(envelope_schema(sink).empty_table(), sink, version.version, change),
                              ddl.position.sort_key())
 
     def _schema_change(self, table: TableId, version: SchemaVersion, ts_ms: int,
-                       server_id: int) -> SchemaChange | None:
+                       server_id: int, gtid: str | None = None) -> SchemaChange | None:
         """The DDL that made ``version`` (None for version 0), its source block at the statement;
-        ``ts_ms`` is the first change's under it (the history keeps no time per statement)."""
+        ``ts_ms``, ``server_id`` and ``gtid`` are the statement's when the read met it, else the first
+        change's under it (the history keeps no time per statement). ``source.query`` holds the
+        statement with ``include_query`` only, as in Debezium."""
         if version.version == 0 or version.ddl is None:
             return None
         file, _, pos = version.position.rpartition(":")
-        source = source_block(CONNECTOR, self.dialect.mysql.name, table, ts_ms, "false",
-                              {"server_id": server_id, "file": file, "pos": int(pos), "row": 0,
-                               "query": version.ddl})
+        source = source_block(self.dialect.connector, self.dialect.mysql.name, table, ts_ms, "false",
+                              {"server_id": server_id, "gtid": gtid, "file": file, "pos": int(pos), "row": 0,
+                               "query": version.ddl if self.dialect.mysql.include_query else None})
         return SchemaChange(version.version, version.ddl, source, version.schema)
 
 

@@ -11,7 +11,7 @@ Each backend runs the already rendered SQL as one statement on a fresh autocommi
   arrives as ``bytes``; Arrow parses the text column by column.
 * :class:`PyMySQLBackend`: pure Python, always installed; pymysql's own value conversions.
 
-TLS (``source.ssl_*``, docs/security.md): pymysql takes :func:`~binlog.mysql.connection.pymysql_tls`;
+TLS (``source.ssl_*``, docs/operating/security.md): pymysql takes :func:`~binlog.mysql.connection.pymysql_tls`;
 mysqlclient ``ssl_mode`` and ``ssl``; connectorx 0.4 its URL's ``ssl-mode`` and ``ssl-ca`` (it has no
 client certificate parameter, so :meth:`FetchBackend.supports_tls` is False when ``ssl_cert`` is set).
 

@@ -16,7 +16,7 @@ File and position belong to one server: a replica writes the same transactions a
 An offset records the server it was read on (``server``) and the GTID set executed up to it
 (:class:`GtidSet`, MySQL ``uuid:1-100`` or MariaDB ``domain-server-seq``). Offsets of two servers
 are ordered by their GTID sets; the reader finds an offset of another server on its own by GTID
-(docs/gtid-failover.md).
+(docs/operating/failover.md).
 
 A *cut* (``cut=True``) is a byte position chosen without reading the binlog there (a batch
 capped at ``source.max_batch_bytes``, a slice split for several readers): it may lie inside a

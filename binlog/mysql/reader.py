@@ -119,6 +119,7 @@ class DdlVersion:
         position: where the statement's event starts (row 0), among the read's changes.
         ts_ms: when the server wrote the statement.
         server_id: the server id that wrote it.
+        gtid: the statement's GTID, when the server logs GTIDs.
     """
 
     table: TableId
@@ -126,6 +127,7 @@ class DdlVersion:
     position: ChangePosition
     ts_ms: int
     server_id: int
+    gtid: str | None = None
 
 
 @dataclass(frozen=True)
@@ -510,7 +512,7 @@ class MySqlBinlogReader:
             made = self._follow(change, before(change.table), (index, q.end), f"{q.file}:{q.start}")
             if made is not None and q.handed_out:
                 self._ddl.append(DdlVersion(change.table, made, ChangePosition(q.file, q.start, 0), q.ts_ms,
-                                            q.server_id))
+                                            q.server_id, q.gtid))
 
     def _follow(self, change: TableDdl, base: TableSchema | None, key: tuple[int, int],
                 position: str) -> SchemaVersion | None:

@@ -78,6 +78,7 @@ class QueryAt:
         handed_out: the event lies in the piece the read hands out (:meth:`BinlogStream.decode_from`,
             the rule rows events follow), not in the part walked over before it: of the readers of
             a cut slice, exactly one sees it handed out.
+        gtid: the GTID of the statement's transaction, when the server logs GTIDs.
     """
 
     db: str
@@ -88,6 +89,7 @@ class QueryAt:
     ts_ms: int
     server_id: int
     handed_out: bool
+    gtid: str | None = None
 
 
 # a query event, in binlog order, before the events after it
@@ -408,7 +410,7 @@ class BinlogStream:
                 header = ev.packet
                 owner = self._txn if self._by_txn else (self._index, start)
                 self._on_query(QueryAt(db, ev.query, self.file, start, header.log_pos, header.timestamp * 1000,
-                                       header.server_id, owner >= self._first))
+                                       header.server_id, owner >= self._first, self._gtid))
         elif isinstance(ev, RowsQueryLogEvent):
             self._query = ev.query
         elif isinstance(ev, MariadbAnnotateRowsEvent):

@@ -2,7 +2,7 @@
 
 The column metadata comes from ``information_schema`` (readable with plain SELECT), so the
 snapshot reader and the binlog reader type their values from one description of the table.
-docs/types.md lists every type and its Arrow, Delta and Debezium forms.
+docs/sources/types.md lists every type and its Arrow, Delta and Debezium forms.
 """
 
 from __future__ import annotations
@@ -45,10 +45,41 @@ def unsigned(column: Column) -> bool:
 def mysql_column(name: str, data_type: str, column_type: str, nullable: bool, *,
                  precision: int | None = None, scale: int | None = None,
                  datetime_precision: int | None = None, charset: str | None = None,
-                 collation: str | None = None) -> Column:
+                 collation: str | None = None, default: str | None = None) -> Column:
     """A column as ``information_schema.COLUMNS`` describes it, with its Arrow type."""
     return Column(name, data_type, column_type, nullable, precision, scale, datetime_precision, charset,
-                  collation, arrow=arrow_type(data_type, column_type, precision, scale))
+                  collation, arrow=arrow_type(data_type, column_type, precision, scale), default=default)
+
+
+_FUNCTION = re.compile(r"^[a-z_]+\s*\(", re.I)
+
+
+def default_literal(text: str | None, extra: str | None) -> str | None:
+    """A column's default as the text of its value, from ``information_schema.COLUMNS``'
+    ``COLUMN_DEFAULT`` and ``EXTRA``; None for no default, NULL, or an expression.
+
+    MariaDB writes the default as SQL: a quoted string (``'2000-01-01'``, ``'it''s'``), a number,
+    ``b'1'``, ``NULL``, or an expression (``current_timestamp()``, ``(1 + 1)``). MySQL 8 writes the
+    value itself (SQL NULL for none) and marks expressions ``DEFAULT_GENERATED`` in ``EXTRA``.
+    TIMESTAMP defaults are in the session's time zone (UTC on our connections). CURRENT_TIMESTAMP
+    (and NOW(), ...) is the epoch, as Debezium's default value converter has it.
+    """
+    if text is None:
+        return None
+    if _CURRENT_TIMESTAMP.match(text):
+        return EPOCH_DEFAULT
+    if "DEFAULT_GENERATED" in (extra or "").upper():
+        return None
+    if len(text) >= 2 and text[0] == "'" and text[-1] == "'":
+        return text[1:-1].replace("''", "'")
+    if text.upper() == "NULL" or text.startswith("(") or _FUNCTION.match(text):
+        return None
+    return text
+
+
+# CURRENT_TIMESTAMP and its synonyms: Debezium's default value converter writes the epoch for them
+_CURRENT_TIMESTAMP = re.compile(r"^(current_timestamp|now|localtime|localtimestamp)\s*(\(\s*\d*\s*\))?$", re.I)
+EPOCH_DEFAULT = "1970-01-01 00:00:00"
 
 
 def mysql_table(table_id: TableId, columns: tuple[Column, ...], primary_key: tuple[str, ...]) -> TableSchema:
@@ -94,7 +125,7 @@ def arrow_type(data_type: str, column_type: str, precision: int | None, scale: i
     return pa.string()
 _COLUMNS_SQL = """
 SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, NUMERIC_PRECISION, NUMERIC_SCALE,
-       DATETIME_PRECISION, CHARACTER_SET_NAME, COLLATION_NAME
+       DATETIME_PRECISION, CHARACTER_SET_NAME, COLLATION_NAME, COLUMN_DEFAULT, EXTRA
 FROM information_schema.COLUMNS
 WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s
 ORDER BY ORDINAL_POSITION
@@ -130,6 +161,7 @@ def load_table_schema(conn: Any, table_id: TableId) -> TableSchema:
         mysql_column(
             r[0], str(r[1]).lower(), lower_keywords(str(r[2])), r[3] == "YES", precision=_int(r[4]),
             scale=_int(r[5]), datetime_precision=_int(r[6]), charset=r[7], collation=r[8],
+            default=default_literal(r[9], r[10]),
         )
         for r in rows
     )

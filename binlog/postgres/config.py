@@ -57,7 +57,7 @@ class PostgresSourceConfig(SourceConfig):
     # mirror's deletion vectors (the default) keep the driver's peak off the cap since the stream's tasks
     # write the mirror's new rows (a copy-on-write mirror: 1,263 MiB at 256 MiB, 858 MiB at 128). Small
     # batches cost Postgres more than MySQL: each batch's peek decodes from the slot's restart point,
-    # which a backlog written in a burst does not move (docs/postgres.md, "Bounded batches").
+    # which a backlog written in a burst does not move (docs/sources/postgres.md, "Bounded batches").
     max_batch_bytes: int | None = Field(
         default=256 * 1024 * 1024, gt=0, description="the most WAL bytes one batch reads: when the WAL from the "
         "last batch's end to the server's flush position holds more (a backlog, a catch-up), the batch ends this "
@@ -75,7 +75,7 @@ class PostgresSourceConfig(SourceConfig):
                       "`source.name` in every change)")
     schema_change: SchemaChangeConfig = Field(default_factory=SchemaChangeConfig, description="how a changed "
                                               "table definition (a new pgoutput Relation message) reaches "
-                                              "the sinks (docs/schema-evolution.md)")
+                                              "the sinks (docs/concepts/schema-evolution.md)")
 
     @field_validator("slot_name")
     @classmethod

@@ -16,7 +16,7 @@ decoded with the schema version its Relation message describes (:mod:`relations`
 with the sinks' schema under ``source.schema_change.behavior``
 (:func:`cdc.model.history.with_schema`), as the MySQL reader does. The backfill's changes
 (:meth:`PostgresLogReader.changes`) are decoded the same way, each with its version's columns, so
-a DDL during a table's snapshot is followed (docs/schema-evolution.md, "DDL during a snapshot").
+a DDL during a table's snapshot is followed (docs/concepts/schema-evolution.md, "DDL during a snapshot").
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ STREAM_ROWS = 65_536  # changes turned into Arrow change rows at a time
 # 0.26 s for that against 0.28 s for the whole messages, while turning the messages into change
 # rows and files costs several times the peek. So later pieces get less WAL by this factor each
 # (binlog.dialect.piece_offsets); in Spark's event log of a 300k-update catch-up cut in two, the
-# tasks took 1.60 and 1.64 s (docs/postgres.md, "A long catch-up slice").
+# tasks took 1.60 and 1.64 s (docs/sources/postgres.md, "A long catch-up slice").
 SKIP_COST = 0.2
 # The decoder: "columnar" (the job's), or "rows", the per-row reference kept for tests and for
 # benchmarks/postgres_bench.py's comparison (internal; not a config option).

@@ -41,7 +41,7 @@ from typing import Any
 
 from binlog.postgres.pgoutput import Relation
 from binlog.postgres.positions import format_lsn
-from binlog.postgres.types import CONNECTOR, postgres_column
+from binlog.postgres.types import CONNECTOR, default_literal, postgres_column
 from cdc.model.envelope import source_block
 from cdc.model.errors import SchemaChanged
 from cdc.model.history import EVOLVING, Behavior, SchemaChange, SchemaHistory, SchemaVersion
@@ -62,6 +62,13 @@ LEFT JOIN pg_type et ON et.oid = t.typelem AND t.typcategory = 'A'
 ORDER BY x.ord
 """
 
+# The columns' defaults, as types.load_table_schema reads them
+_DEFAULTS_SQL = """
+SELECT a.attname, pg_get_expr(d.adbin, d.adrelid) FROM pg_attribute a
+JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped
+"""
+
 Key = tuple[int, int]  # (commit LSN, change LSN): where a change sits, as a history key
 
 
@@ -71,12 +78,14 @@ def signature(column: Column) -> tuple[Any, ...]:
     return (column.name, column.data_type, full, column.arrow)
 
 
-def relation_schema(rel: Relation, types: list[tuple[Any, ...]], base: TableSchema) -> TableSchema:
+def relation_schema(rel: Relation, types: list[tuple[Any, ...]], base: TableSchema,
+                    defaults: dict[str, str | None] | None = None) -> TableSchema:
     """The table as ``rel`` describes it, on the facts of ``base`` (the version in force):
-    columns whose name and type did not change stay ``base``'s (nullability, collation); other
-    columns are nullable (the message does not say); ``base``'s key while its columns exist, else
-    the message's key flags (replica identity DEFAULT or INDEX). ``base`` itself when nothing
-    changed."""
+    columns whose name and type did not change stay ``base``'s (nullability, collation, default);
+    other columns are nullable (the message does not say), with their default from ``defaults``
+    (the catalog's, read when the message came, as Debezium refreshes it); ``base``'s key while its
+    columns exist, else the message's key flags (replica identity DEFAULT or INDEX). ``base``
+    itself when nothing changed."""
     old = {c.name: c for c in base.columns}
     columns = []
     for name, typmod, (typname, full, category, elem, elem_category, labels) in zip(
@@ -84,12 +93,12 @@ def relation_schema(rel: Relation, types: list[tuple[Any, ...]], base: TableSche
         prior = old.get(name)
         column = postgres_column(name, typname, full, True, typmod=typmod, category=category, elem=elem,
                                  elem_category=elem_category, collation=prior.collation if prior else None,
-                                 enum_labels=labels)
+                                 enum_labels=labels, default=(defaults or {}).get(name))
         columns.append(prior if prior is not None and signature(prior) == signature(column) else column)
     key = base.primary_key
     if not set(key) <= set(rel.columns):  # a key column dropped: the key the message flags, if any
         key = tuple(n for n, k in zip(rel.columns, rel.key, strict=True) if k) if rel.replica_identity in "di" else ()
-    schema = replace(base, columns=tuple(columns), primary_key=key)
+    schema = replace(base, columns=tuple(columns), primary_key=key, replica_identity=rel.replica_identity)
     return base if schema == base else schema
 
 
@@ -177,7 +186,7 @@ class RelationVersions:
         base = self.history.at(table, first)
         if base is None:
             raise ValueError(f"{table} has no schema history (its version 0 is started first)")
-        schema = relation_schema(rel, self._type_rows(rel), base.schema)
+        schema = relation_schema(rel, self._type_rows(rel), base.schema, self._defaults(rel, base.schema))
         if schema is base.schema:
             version = base
         else:
@@ -226,6 +235,13 @@ class RelationVersions:
                               {"schema": table.db, "txId": xid, "lsn": lsn, "sequence": f'["{commit}","{lsn}"]',
                                "commit_lsn": commit})
         return SchemaChange(version.version, version.ddl, source, version.schema)
+
+    def _defaults(self, rel: Relation, base: TableSchema) -> dict[str, str | None]:
+        """The catalog's defaults of the columns ``base`` lacks (new ones): none asked when it has them all."""
+        if all(name in base.column_names for name in rel.columns):
+            return {}
+        rows = self.connection().execute(_DEFAULTS_SQL, (rel.oid,)).fetchall()
+        return {name: default_literal(expr) for name, expr in rows}
 
     def _type_rows(self, rel: Relation) -> list[tuple[Any, ...]]:
         typmods = rel.typmods or (-1,) * len(rel.columns)

@@ -4,7 +4,7 @@ Both the snapshot (``COPY ... TO STDOUT`` in CSV) and the stream (pgoutput, prot
 values in PostgreSQL's text output form, produced by the same output functions under the same
 session settings (:data:`SESSION_SETTINGS`). One conversion, :func:`to_arrow`, turns those texts
 into each column's Arrow type, so a value is identical through the snapshot and the stream by
-construction. See docs/types.md for the mapping.
+construction. See docs/sources/types.md for the mapping.
 """
 
 from __future__ import annotations
@@ -91,7 +91,8 @@ _SCHEMA_SQL = """
 SELECT a.attname, t.typname, format_type(a.atttypid, a.atttypmod), NOT a.attnotnull, a.atttypmod,
        t.typcategory, et.typname, et.typcategory, co.collname,
        (SELECT string_agg('''' || replace(e.enumlabel, '''', '''''') || '''', ',' ORDER BY e.enumsortorder)
-        FROM pg_enum e WHERE e.enumtypid = COALESCE(et.oid, t.oid))
+        FROM pg_enum e WHERE e.enumtypid = COALESCE(et.oid, t.oid)),
+       (SELECT pg_get_expr(d.adbin, d.adrelid) FROM pg_attrdef d WHERE d.adrelid = a.attrelid AND d.adnum = a.attnum)
 FROM pg_attribute a
 JOIN pg_type t ON t.oid = CASE WHEN (SELECT typtype FROM pg_type WHERE oid = a.atttypid) = 'd'
                                THEN (SELECT typbasetype FROM pg_type WHERE oid = a.atttypid) ELSE a.atttypid END
@@ -141,11 +142,34 @@ def load_table_schema(conn: Any, table: TableId, database: str) -> TableSchema:
     """
     oid = table_oid(conn, table)
     columns = tuple(postgres_column(name, typname, full, bool(nullable), typmod=typmod, category=category,
-                                    elem=elem, elem_category=elem_cat, collation=collation, enum_labels=labels)
-                    for name, typname, full, nullable, typmod, category, elem, elem_cat, collation, labels
+                                    elem=elem, elem_category=elem_cat, collation=collation, enum_labels=labels,
+                                    default=default_literal(default))
+                    for name, typname, full, nullable, typmod, category, elem, elem_cat, collation, labels, default
                     in conn.execute(_SCHEMA_SQL, (oid,)).fetchall())
     pk = tuple(r[0] for r in conn.execute(_PK_SQL, (oid,)).fetchall())
-    return TableSchema(table, columns, pk, CONNECTOR, database)
+    identity = conn.execute("SELECT relreplident FROM pg_class WHERE oid = %s", (oid,)).fetchone()
+    return TableSchema(table, columns, pk, CONNECTOR, database, str(identity[0]) if identity else None)
+
+
+_CAST_LITERAL = re.compile(r"^'((?:[^']|'')*)'(?:::[\w .\"\[\]()]+)?$", re.S)
+_NUMBER = re.compile(r"^\(?(-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)\)?(?:::[\w .]+)?$")
+
+
+def default_literal(expr: str | None) -> str | None:
+    """A column default as the text of its value, from ``pg_get_expr`` of its ``pg_attrdef``
+    (``'x'::text``, ``0``, ``'-1'::integer``, ``(-1.5)``, ``true``); None for none, NULL, or an
+    expression (``nextval(...)``, ``now()``)."""
+    if expr is None:
+        return None
+    m = _CAST_LITERAL.match(expr)
+    if m is not None:
+        return m.group(1).replace("''", "'")
+    m = _NUMBER.match(expr)
+    if m is not None:
+        return m.group(1)
+    if expr in ("true", "false"):
+        return expr
+    return None
 
 
 _TEMPORAL = {"time", "timetz", "timestamp", "timestamptz"}
@@ -153,7 +177,7 @@ _TEMPORAL = {"time", "timetz", "timestamp", "timestamptz"}
 
 def postgres_column(name: str, typname: str, full: str, nullable: bool, *, typmod: int = -1, category: str = "",
                     elem: str | None = None, elem_category: str | None = None, collation: str | None = None,
-                    enum_labels: str | None = None) -> Column:
+                    enum_labels: str | None = None, default: str | None = None) -> Column:
     """A column as the catalog describes it (``pg_type.typname``, ``format_type``, ``atttypmod``,
     ``typcategory``; for arrays the element's typname and category), with its Arrow type.
 
@@ -169,7 +193,7 @@ def postgres_column(name: str, typname: str, full: str, nullable: bool, *, typmo
         full = f"enum({enum_labels})" + ("[]" if category == "A" else "")
     return Column(name=name, data_type=typname, column_type=full, nullable=nullable, precision=precision,
                   scale=scale, datetime_precision=fsp, collation=collation,
-                  arrow=arrow_type(typname, category, typmod, elem, elem_category))
+                  arrow=arrow_type(typname, category, typmod, elem, elem_category), default=default)
 
 
 def postgres_table(table_id: TableId, columns: tuple[Column, ...], primary_key: tuple[str, ...],

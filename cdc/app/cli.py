@@ -1,5 +1,8 @@
 """The command-line interface: ``python -m cdc <command>`` (``spark-submit cdc_job.py`` = ``run``).
 
+Sources: MySQL and MariaDB (``source.type: mysql``), PostgreSQL (``postgres``). Sinks: Delta Lake
+(``sink.type: delta``), Kafka (``kafka``), Pulsar (``pulsar``). docs/reference/cli.md is this module's help texts.
+
 Commands:
   run               run a job: ``--config job.yaml [--once]``.
   status            where a job stands, from its checkpoint (no job running, no Spark):
@@ -9,12 +12,14 @@ Commands:
                     the statement that fixes each missing one, and runs the start-up checks.
   sql               a SQL query over the job's tables by name: ``--config job.yaml "SELECT ..."``
                     (or ``--catalog DIR``).
-  demo              throwaway MariaDB with TPC-DS customer, the job, changes, a query on the lake.
-  sandbox           a throwaway server (``mysql``, ``postgres``, ``kafka``, ``pulsar``) on free ports until Ctrl-C.
+  demo              a throwaway MariaDB or PostgreSQL with TPC-DS customer, the job into Delta,
+                    Kafka or Pulsar, changes, and the result read back.
+  sandbox           a throwaway server (``mysql``, ``postgres``, ``kafka``, ``pulsar``) on free
+                    ports until Ctrl-C, for trying it out.
   pipeline run      run a Spark Declarative Pipeline (``spark-pipeline.yml``) that reads a source
                     through ``cdc.app.pipelines``, with the project's jars and a kept catalog.
-  follow-topic      keep Delta tables up to date from a job's stream-store topics (Kafka: docs/kafka.md,
-                    Pulsar: docs/pulsar.md).
+  follow-topic      keep Delta tables up to date from a job's stream-store topics (Kafka:
+                    docs/sinks/kafka.md, Pulsar: docs/pulsar.md).
   config-reference  print every config key with its default and meaning (Markdown).
   version           print versions of spark-cdc and the engines it uses.
 
@@ -200,20 +205,29 @@ def _cmd_sandbox(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m cdc",
-        description="spark-cdc: MySQL/MariaDB change data capture into Delta Lake on Apache Spark.",
+        description="spark-cdc: change data capture from MySQL, MariaDB and PostgreSQL into Delta Lake, "
+                    "Kafka and Apache Pulsar on Apache Spark: a lock-free parallel snapshot, then the "
+                    "change log, exactly once.",
+        epilog="sources (source.type): mysql (MySQL 5.7/8.x, MariaDB 10.5+), postgres (PostgreSQL 12+). "
+               "sinks (sink.type): delta (Delta Lake: a mirror and a changelog table per source table), "
+               "kafka (Debezium JSON), pulsar (Debezium JSON). Exit codes: 0 done, 1 the job failed while running, 2 the "
+               "config or a start-up check is wrong. Docs: docs/ in the repository (make docs builds the site).",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    p = sub.add_parser("run", help="run a job: snapshot, then binlog, into Delta")
+    p = sub.add_parser("run", help="run a job: snapshot, then the change log, into the sinks",
+                       description="Run a job: a snapshot of the captured tables, then their change log "
+                                   "(MySQL/MariaDB binlog, PostgreSQL WAL through pgoutput), into each sink "
+                                   "(Delta Lake, Kafka, Pulsar), exactly once. Resumes from its checkpoint.")
     p.add_argument("--config", required=True, help="the job's YAML file")
     p.add_argument("--once", action="store_true",
                    help="write everything available now, then exit (else run until SIGINT/SIGTERM)")
     p.add_argument("--failover", action="store_true",
                    help="accept a new source.hostname/port for this checkpoint: a promoted replica of "
                         "the server it was made on (MySQL/MariaDB with GTIDs; offsets are found there "
-                        "by GTID, docs/gtid-failover.md)")
+                        "by GTID, docs/operating/failover.md)")
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("status", help="where a job stands: per table phase, chunks, rows, log position, lag")
@@ -223,13 +237,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="do not ask the source for its position (the lag is then the last commit's age)")
     p.set_defaults(func=_cmd_status)
 
-    p = sub.add_parser("validate", help="check a job file without running it")
+    p = sub.add_parser("validate", help="check a job file without running it",
+                       description="Check a job file (its source: MySQL, MariaDB or PostgreSQL; its sinks: "
+                                   "Delta, Kafka, Pulsar) without running it; with --check-connection, also connect to "
+                                   "the source and list its grants, log settings, retention and tables, each "
+                                   "missing prerequisite with the statement that fixes it.")
     p.add_argument("--config", required=True, help="the job's YAML file")
     p.add_argument("--check-connection", action="store_true",
                    help="also connect and run the start-up checks (settings, privileges, tables)")
     p.set_defaults(func=_cmd_validate)
 
-    p = sub.add_parser("demo", help="throwaway MariaDB + TPC-DS customer + local Spark: the job end to end")
+    p = sub.add_parser("demo", help="the job end to end: a throwaway MariaDB or PostgreSQL into Delta or Kafka")
     p.add_argument("--scale", type=float, default=0.1,
                    help="TPC-DS scale factor (0.1 = 10,000 customers, 1 = 100,000)")
     p.add_argument("--sink", choices=("delta", "kafka", "pulsar"), default="delta",
@@ -238,7 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="capture from a throwaway MariaDB (default) or PostgreSQL")
     p.set_defaults(func=_cmd_demo)
 
-    p = sub.add_parser("sql", help="run a SQL query over the job's tables by name (db.table, db.table_changelog)")
+    p = sub.add_parser("sql", help="run a SQL query over the job's Delta tables by name (db.table, db.table_changelog)")
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--config", help="the job's YAML file (its catalog is <state_dir>/catalog)")
     where.add_argument("--catalog", help="the catalog folder itself (needs no job file; make demo prints it)")
@@ -266,7 +284,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     from cdc.app.sandbox import SANDBOXES
 
-    p = sub.add_parser("sandbox", help="start a throwaway server (temp folder, free port) until Ctrl-C")
+    p = sub.add_parser("sandbox", help="a throwaway MariaDB, PostgreSQL, Kafka or Pulsar (temp folder, free ports) "
+                       "until Ctrl-C",
+                       description="Start a throwaway server until Ctrl-C, in a temp folder on a free port: "
+                                   "mysql (MariaDB, configured for CDC, with a CDC user), postgres (PostgreSQL, "
+                                   "wal_level=logical, with a CDC role), kafka (one KRaft broker) or pulsar (a "
+                                   "standalone broker with deduplication on). It prints the export line that the "
+                                   "getting-started pages use (pulsar: the sink's service_url and admin_url).")
     p.add_argument("kind", choices=sorted(SANDBOXES), help="which server")
     p.set_defaults(func=_cmd_sandbox)
 

@@ -46,31 +46,43 @@ def load_config(path: str | Path) -> JobConfig:
 
 
 def config_reference() -> str:
-    """Every key of the job file as a Markdown table (README.md's reference is this text).
+    """Every key of the job file as Markdown: a heading and a table per section. The docs site's
+    configuration reference (docs/reference/configuration.md, scripts/docs_pages.py) is this text.
 
-    The ``source:`` keys every dialect shares come first, then each dialect's own (or its own
-    default), labelled with its ``type``; then each sink's keys.
+    The job's own keys come first, then the ``source:`` keys every dialect shares, then each
+    dialect's own keys (or its own default of a shared one); then the same for the sinks. A new
+    dialect or sink gets its section from its registry line.
     """
-    sections: list[tuple[str, type[BaseModel], list[str] | None, str]] = [
-        ("", JobConfig, None, ""), ("source.", model.SourceConfig, None, "")]
+    groups: list[tuple[str, str, list[Section]]] = [
+        ("The job", "The job file's own keys, beside `source:` and `sink:`.", [("", JobConfig, None)]),
+        ("`source:`, every type", _first_line(model.SourceConfig), [("source.", model.SourceConfig, None)])]
     for name, config in sorted(source_configs().items()):
-        sections += _sections("source.", config, model.SourceConfig, name)
-    sections.append(("sink.", model.SinkConfig, None, ""))
+        groups.append((f"`source.type: {name}`", _first_line(config), _sections("source.", config, model.SourceConfig)))
+    groups.append(("`sink:`, every type", _first_line(model.SinkConfig), [("sink.", model.SinkConfig, None)]))
     for name, sink in sorted(sink_configs().items()):
-        sections += _sections("sink.", sink, model.SinkConfig, name)
-    return model.config_reference(sections)
+        groups.append((f"`sink.type: {name}`", _first_line(sink), _sections("sink.", sink, model.SinkConfig)))
+    return "\n".join(f"## {title}\n\n{intro}\n\n" + model.config_reference([(*s, "") for s in sections])
+                     for title, intro, sections in groups)
 
 
-def _sections(prefix: str, config: type[BaseModel], base: type[BaseModel],
-              name: str) -> list[tuple[str, type[BaseModel], list[str] | None, str]]:
+Section = tuple[str, type[BaseModel], "list[str] | None"]  # (key prefix, model, the fields to list or None: all)
+
+
+def _first_line(config: type[BaseModel]) -> str:
+    """The first sentence of a config model's docstring, in Markdown."""
+    text = " ".join((config.__doc__ or "").split("\n\n")[0].split())
+    return text.replace("``", "`")
+
+
+def _sections(prefix: str, config: type[BaseModel], base: type[BaseModel]) -> list[Section]:
     """A dialect's or sink's own keys, then the keys of each section nested in them."""
     own = _own_fields(config, base)
-    out: list[tuple[str, type[BaseModel], list[str] | None, str]] = [(prefix, config, own, f"({name}) ")]
+    out: list[Section] = [(prefix, config, own)]
     for field_name in own:
         nested = config.model_fields[field_name].annotation
         for candidate in getattr(nested, "__args__", (nested,)):
             if isinstance(candidate, type) and issubclass(candidate, BaseModel):
-                out.append((f"{prefix}{field_name}.", candidate, None, f"({name}) "))
+                out.append((f"{prefix}{field_name}.", candidate, None))
     return out
 
 

@@ -22,7 +22,7 @@ and share the source's state directory); everything else reads the changes table
 ``create_auto_cdc_flow`` is the natural target of :meth:`CdcSource.flat` (keys, ``sequence_by``
 ``_seq``, deletes ``_op = 'd'``), but open-source Spark 4.2 refuses a Delta or Parquet target
 (``AUTOCDC_TARGET_DOES_NOT_SUPPORT_MERGE``: it needs a DSv2 table with row-level operations, which
-delta-spark 4.4 does not implement): see README "Spark Declarative Pipelines".
+delta-spark 4.4 does not implement): see docs/sinks/spark-pipelines.md.
 
 Runs in the pipeline's Python process (the Spark Connect client); the source itself runs in the
 Connect server's Python workers, which must import this package (``PYSPARK_PYTHON``).

@@ -185,7 +185,7 @@ def job_session(config: JobConfig) -> Any:
     with the job's catalog (:func:`catalog_dir`).
 
     Under spark-submit the master, the jars and the catalog come from spark-submit; they are never
-    overridden (README, "Run on a cluster"). When spark-submit brought delta-spark's jar but not
+    overridden (docs/operating/deployment.md). When spark-submit brought delta-spark's jar but not
     Delta's SQL settings, the session gets them (:func:`cdc.spark.session.submit_conf`).
     """
     from pyspark.sql import SparkSession

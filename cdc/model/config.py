@@ -47,7 +47,7 @@ _VERIFYING: tuple[SslMode, ...] = ("verify-ca", "verify-full")
 # Rows per snapshot chunk: 4x Flink CDC's 8096. Each chunk costs a low-watermark query, a SELECT,
 # a staged file and its bookkeeping whatever its size, and a micro-batch of 16 x parallelism chunks
 # costs a Spark batch. A TPC-DS SF100 snapshot at p=2 took 15.8-16.9 s against 19.4-19.7 s with 8096
-# on MariaDB, 20.0-21.8 s against 22.8-25.7 s on PostgreSQL (README, Performance, "Chunk size").
+# on MariaDB, 20.0-21.8 s against 22.8-25.7 s on PostgreSQL (docs/performance/history.md, "Chunk size").
 # A task writes its rows to files every 131,072 rows anyway, so its memory grows by one chunk.
 DEFAULT_CHUNK_SIZE = 32768
 
@@ -77,7 +77,7 @@ class SourceConfig(ConfigModel):
         default="30s", description="how often a running job looks for tables that `tables` newly matches "
         "(each joins: snapshotted while the others stream, then streamed) and for captured tables that are "
         "gone (no longer captured; their sink tables stay); `0` or `off`: only at start. `--once` runs "
-        "never look; docs/schema-evolution.md")
+        "never look; docs/concepts/schema-evolution.md")
     startup_mode: StartupMode = Field(default="initial", description="`initial` (snapshot, then the log), "
                                       "`snapshot` (snapshot only, then stop), `latest-offset` (the log from now), "
                                       "`earliest-offset` (the log from its oldest position), `specific-offset` "
@@ -99,14 +99,14 @@ class SourceConfig(ConfigModel):
                                 "without the watermark merge (Flink CDC's `scan.incremental.snapshot."
                                 "backfill.skip`): at-least-once during the snapshot (a change made while a "
                                 "chunk is read may reach the changelog twice; the mirror still ends equal); "
-                                "not faster here, see README")
+                                "not faster here, docs/concepts/snapshot.md")
     connect_timeout_s: float = Field(default=10.0, gt=0, description="seconds to wait for a connection")
     name: str = Field(default="cdc", description="the logical source name (Debezium's `topic.prefix`, "
                       "`source.name` in every change)")
     ssl_mode: SslMode = Field(default="prefer", description="TLS to the server, as libpq names it: `disable`, "
                               "`prefer` (TLS when the server offers it, unverified), `require` (TLS, unverified; "
                               "with `ssl_ca`: as `verify-ca`), `verify-ca` (the server's certificate is signed by "
-                              "`ssl_ca`), `verify-full` (... and names `hostname`); docs/security.md")
+                              "`ssl_ca`), `verify-full` (... and names `hostname`); docs/operating/security.md")
     ssl_ca: Path | None = Field(default=None, validate_default=True, description="PEM file of the CA that signed "
                                 "the server's certificate (required by `verify-ca` and `verify-full`)")
     ssl_cert: Path | None = Field(default=None, description="PEM file of the client certificate, for a user that "
@@ -250,7 +250,7 @@ SchemaChangeBehavior = Literal["evolve", "try_evolve", "lenient", "ignore", "exc
 class SchemaChangeConfig(ConfigModel):
     """What the job does when a captured table's definition changes (DDL), as Flink CDC 3 names it.
 
-    See docs/schema-evolution.md.
+    See docs/concepts/schema-evolution.md.
     """
 
     behavior: SchemaChangeBehavior = Field(
@@ -345,7 +345,7 @@ def format_errors(exc: ValidationError, prefix: str = "") -> list[str]:
         loc = prefix + ".".join(parts) if parts else prefix.rstrip(".")
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            msg = "unknown key (check the spelling; see the config reference in README.md)"
+            msg = "unknown key (check the spelling; see docs/reference/configuration.md or `python -m cdc config-reference`)"
         elif _shows_input(err, loc):
             msg += f" (got {err['input']!r})"
         lines.append(f"{loc or '<root>'}: {msg}")
@@ -451,6 +451,8 @@ def config_reference(sections: list[tuple[str, type[BaseModel], list[str] | None
                 continue
             if info.is_required():
                 default = "required"
+            elif isinstance(info.get_default(call_default_factory=True), BaseModel):  # a nested section
+                default = f"see `{prefix}{name}.*`"
             elif info.default_factory is not None:
                 default = f"`{info.default_factory()}`"  # type: ignore[call-arg]
             else:

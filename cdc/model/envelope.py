@@ -55,6 +55,9 @@ SOURCE_TYPES: dict[str, pa.StructType] = {
 }
 
 
+SOURCE_TYPES["mariadb"] = SOURCE_TYPES["mysql"]  # Debezium's MariaDB connector: the MySQL connector's block
+
+
 def source_type(connector: str) -> pa.StructType:
     """The Arrow struct of ``connector``'s source block.
 

@@ -11,7 +11,7 @@ of one cut slice, find the same DDL at the same position and record the same ver
 a version is idempotent (the state directory keeps them: :class:`HistoryStore`).
 
 The sinks do not see the source's versions directly but their *sink schema* under the configured
-behaviour (``source.schema_change.behavior``, docs/schema-evolution.md), which only grows:
+behaviour (``source.schema_change.behavior``, docs/concepts/schema-evolution.md), which only grows:
 
 * ``lenient``: the union of every version so far: added and renamed-to columns are appended
   (nullable), dropped and renamed-from columns stay (null from then on), widened types widen;
@@ -258,7 +258,8 @@ def merge_lenient(sink: TableSchema, change: SchemaVersion) -> TableSchema:
                 "behavior to 'ignore' or 'exception', or take a new snapshot into a new sink path",
                 table=str(sink.table_id), position=change.position, ddl=change.ddl or "")
         columns[i] = replace(col, nullable=True, arrow=wide)  # narrowed in the source: stays wide
-    return TableSchema(sink.table_id, tuple(columns), sink.primary_key, sink.connector, sink.database)
+    return TableSchema(sink.table_id, tuple(columns), sink.primary_key, sink.connector, sink.database,
+                       change.schema.replica_identity)
 
 
 def with_lineage(schema: TableSchema, version: int) -> TableSchema:
@@ -293,7 +294,8 @@ def merge_evolve(sink: TableSchema, change: SchemaVersion, tolerate: bool = Fals
             columns.append(replace(col, origin=f"{col.name}@{change.version}"))
             continue
         columns.append(_evolved_column(sink, change, old, replace(col, origin=old.origin), tolerate))
-    return TableSchema(sink.table_id, tuple(columns), change.schema.primary_key, sink.connector, sink.database)
+    return TableSchema(sink.table_id, tuple(columns), change.schema.primary_key, sink.connector, sink.database,
+                       change.schema.replica_identity)
 
 
 def _composed(renames: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:

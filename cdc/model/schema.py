@@ -3,7 +3,7 @@
 A dialect (``binlog/<database>``) reads a table's description from its catalog and builds these
 values; everything above it works with them without knowing the database. Each column carries
 the Arrow type its values travel as through the snapshot, the log, the Spark stream and the
-sinks, chosen once by the dialect (see ``docs/types.md``), and the database's own type names,
+sinks, chosen once by the dialect (see ``docs/sources/types.md``), and the database's own type names,
 which only the dialect and the Debezium format interpret.
 """
 
@@ -56,6 +56,11 @@ class Column:
         origin: the column's identity across renames in a sink schema of ``schema_change.behavior:
             evolve`` (``<name>@<version>``: its name in the version that added it; see
             :mod:`cdc.model.history`); None elsewhere.
+        default: the column's default value as the text of a literal (``2000-01-01``, ``0.000``,
+            ``p``, ``b'1'``), as the dialect read it from its catalog or a DDL statement; None when
+            the column has no default, a NULL default, or one that is an expression. Only the
+            Debezium format uses it (the Connect schema's ``default``); schemas that differ in it
+            alone compare equal.
     """
 
     name: str
@@ -69,6 +74,7 @@ class Column:
     collation: str | None = None
     arrow: pa.DataType = field(kw_only=True)
     origin: str | None = field(default=None, kw_only=True)
+    default: str | None = field(default=None, kw_only=True, compare=False)
 
     def arrow_type(self) -> pa.DataType:
         return self.arrow
@@ -102,6 +108,9 @@ class TableSchema:
             (``mysql``, ``postgresql``); see :mod:`cdc.model.envelope`.
         database: the database holding the table when ``table_id.db`` names a schema in it
             (PostgreSQL: Debezium's ``source.db``); None when ``table_id.db`` is the database.
+        replica_identity: PostgreSQL's ``relreplident`` (``d`` default, ``f`` full, ``i`` index,
+            ``n`` nothing), which decides what an update's ``before`` holds in Debezium's format;
+            None elsewhere. Schemas that differ in it alone compare equal.
     """
 
     table_id: TableId
@@ -109,6 +118,7 @@ class TableSchema:
     primary_key: tuple[str, ...]
     connector: str
     database: str | None = None
+    replica_identity: str | None = field(default=None, compare=False)
 
     def column(self, name: str) -> Column:
         for c in self.columns:
@@ -138,12 +148,14 @@ def schema_to_dict(schema: TableSchema) -> dict[str, Any]:
     """A table schema as JSON-ready values (the schema history and sink metadata store it)."""
     return {
         "table": str(schema.table_id), "connector": schema.connector, "database": schema.database,
+        **({"replica_identity": schema.replica_identity} if schema.replica_identity else {}),
         "primary_key": list(schema.primary_key),
         "columns": [{"name": c.name, "data_type": c.data_type, "column_type": c.column_type,
                      "nullable": c.nullable, "precision": c.precision, "scale": c.scale,
                      "datetime_precision": c.datetime_precision, "charset": c.charset,
                      "collation": c.collation, "arrow": _type_to_text(c.arrow),
-                     "arrow_text": str(c.arrow), **({"origin": c.origin} if c.origin else {})}
+                     "arrow_text": str(c.arrow), **({"origin": c.origin} if c.origin else {}),
+                     **({"default": c.default} if c.default is not None else {})}
                     for c in schema.columns],
     }
 
@@ -153,7 +165,7 @@ def schema_from_dict(d: dict[str, Any]) -> TableSchema:
     columns = tuple(
         Column(c["name"], c["data_type"], c["column_type"], c["nullable"], c.get("precision"), c.get("scale"),
                c.get("datetime_precision"), c.get("charset"), c.get("collation"),
-               arrow=_type_from_text(c["arrow"]), origin=c.get("origin"))
+               arrow=_type_from_text(c["arrow"]), origin=c.get("origin"), default=c.get("default"))
         for c in d["columns"])
     return TableSchema(TableId.parse(d["table"]), columns, tuple(d["primary_key"]), d["connector"],
-                       d.get("database"))
+                       d.get("database"), d.get("replica_identity"))

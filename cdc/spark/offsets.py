@@ -2,7 +2,7 @@
 
 It holds the log position read when batch N was planned (the stream slice end, and the HW of the
 chunks emitted in N), the snapshot progress of every table after batch N, and the chunks batch N
-stages and emits. See docs/architecture.md for why every emitted row is a function of
+stages and emits. See docs/contributing/architecture.md for why every emitted row is a function of
 (start, end) and the state files. Positions are the dialect's; this module only stores them.
 """
 
@@ -35,7 +35,7 @@ class TableProgress:
         rejoined: the table joined these offsets again after it had left them (dropped and
             created again, or matched again): its sink tables may hold its keys already, so its
             snapshot rows reach the sinks as changes, upserted by key, not appended
-            (docs/schema-evolution.md, "New and dropped tables"). Kept in every state.
+            (docs/concepts/schema-evolution.md, "New and dropped tables"). Kept in every state.
     """
 
     state: TableState

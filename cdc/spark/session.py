@@ -84,7 +84,7 @@ def submit_conf() -> dict[str, str]:
     (``--jars`` or ``--packages``) but without them; nothing the user set is replaced.
 
     The workers' daemon (:data:`DAEMON_CONF`) is not set here: with ``--py-files`` the executors'
-    Python cannot import it (README, "Run on a cluster")."""
+    Python cannot import it (docs/operating/deployment.md)."""
     from pyspark import SparkConf
 
     conf = SparkConf()  # what spark-submit passed
@@ -132,7 +132,7 @@ LIGHT_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 # --burst 30000 --catch-up-only, four rounds alternating, 2026-12-02): 1.21-1.62 s against
 # 1.51-2.06 s with code generation, its batch 0.87-1.10 s against 1.09-1.50 s; without whole-stage
 # code alone it did not move (1.63-1.98 s). At SF100, 300k updates, from a worktree of the code
-# before against after, alternating: 5.09, 3.86, 3.88 s against 3.79, 3.32, 3.35 s (README).
+# before against after, alternating: 5.09, 3.86, 3.88 s against 3.79, 3.32, 3.35 s (docs/performance/history.md).
 INTERPRETED_SQL = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 
 # `make setup` dumps Spark's driver classes, parsed and verified, into a class-data-sharing archive
@@ -160,7 +160,7 @@ def jvm_options(light: bool, prefix: str | Path = sys.prefix) -> str:
     archive = None if dumping else jvm_archive(prefix)
     if archive is not None and _own_conf_dir():
         log.warning("SPARK_CONF_DIR=%s goes first on the driver JVM's class path, which then no longer matches "
-                    "the class archive's (%s): the JVM ignores the archive and starts slower (README: a session "
+                    "the class archive's (%s): the JVM ignores the archive and starts slower (docs/operating/deployment.md: a session "
                     "with a catalog took 15-16 s instead of 9-10 s). For a local run, pass Spark settings as "
                     "-Dspark.<name>=<value> in SPARK_SUBMIT_OPTS and unset SPARK_CONF_DIR",
                     os.environ["SPARK_CONF_DIR"], archive)

@@ -1,7 +1,7 @@
 """The executor side of the source: the work one Spark task does for one micro-batch.
 
 A :class:`CdcPartition` is a list of work items run in order, with the log reader id its reads
-use. Three kinds of work (docs/architecture.md, "Why stage, then emit"):
+use. Three kinds of work (docs/contributing/architecture.md, "Why stage, then emit"):
 
 * :class:`StageChunk`: the dialect records the chunk's LW and reads its rows, under the table's
   definition at the LW; they go to the state directory. No rows are emitted.
@@ -11,7 +11,7 @@ use. Three kinds of work (docs/architecture.md, "Why stage, then emit"):
   where the schema history is complete, so it records every DDL of its tables up to the HW. A
   chunk whose window holds a DDL of its table stops its merge at the DDL: its rows are its state
   just before it, and the changes of its keys after it are emitted as change rows
-  (docs/schema-evolution.md, "DDL during a snapshot"). The rows of a table that joined the job
+  (docs/concepts/schema-evolution.md, "DDL during a snapshot"). The rows of a table that joined the job
   again reach the sinks as changes, upserted by key (:class:`EmitChunk`).
 * :class:`StreamSlice`: the log slice (start, end] of the batch (Flink CDC's ``StreamSplit``),
   keeping the changes whose key lies in a chunk emitted before this batch (``shouldEmit``), and

@@ -86,7 +86,13 @@ def location(spark: Any, db: str, table: str) -> str | None:
 
 def _names(config: DeltaSinkConfig, schemas: dict[TableId, TableSchema]) -> list[tuple[str, str, str]]:
     """(database, table, location) of every mirror and changelog, in a stable order."""
-    return [(*table_name(config, t, kind), config.uri(t, kind)) for t in sorted(schemas) for kind in KINDS]
+    return [(*table_name(config, t, kind), _absolute(config.uri(t, kind))) for t in sorted(schemas) for kind in KINDS]
+
+
+def _absolute(uri: str) -> str:
+    """A relative local path made absolute against the driver's working folder (where the job
+    writes it): the catalog would take it as relative to its warehouse. A URI stays as it is."""
+    return uri if "://" in uri or uri.startswith("file:") else os.path.abspath(uri)
 
 
 def _record(spark: Any) -> Path | None:
@@ -150,7 +156,7 @@ def check_names(spark: Any, config: DeltaSinkConfig, schemas: dict[TableId, Tabl
         log.warning("the Spark session has no Delta SQL support, so the tables are not registered by name "
                     "(they stay readable by path): build it with spark.sql.extensions="
                     "io.delta.sql.DeltaSparkSessionExtension and spark.sql.catalog.spark_catalog="
-                    "org.apache.spark.sql.delta.catalog.DeltaCatalog (README, Run on a cluster)")
+                    "org.apache.spark.sql.delta.catalog.DeltaCatalog (docs/operating/deployment.md)")
         return False
     for db, table, uri in _names(config, schemas):
         _ours(spark, db, table, uri)

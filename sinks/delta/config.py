@@ -49,7 +49,7 @@ class DeltaSinkConfig(SinkConfig):
                                             "options for delta-rs (credentials, region); use `${ENV_VAR}` "
                                             "for secrets")
     engine: Engine = Field(default="delta-rs", description="who writes the mirror's MERGEs: `delta-rs` "
-                           "(no JVM; faster on this project's benchmarks, README \"Delta engines\"), "
+                           "(no JVM; faster on this project's benchmarks, docs/sinks/delta.md), "
                            "`delta-spark` (Spark's Delta writer: deletion vectors), or `auto` (delta-spark "
                            "when its jars are on the classpath)")
     async_mirror: bool = Field(default=True, description="MERGE the mirror in a background thread that "
@@ -59,7 +59,7 @@ class DeltaSinkConfig(SinkConfig):
     deletion_vectors: Literal["auto"] | bool = Field(
         default="auto", description="(delta-rs engine) record the mirror's updates and deletes in deletion "
         "vectors, in commits this project writes, instead of rewriting every file that holds a changed key: a "
-        "MERGE then costs the changed rows, not the table (README \"Delta engines\"); for mirrors with a primary "
+        "MERGE then costs the changed rows, not the table (docs/sinks/delta.md); for mirrors with a primary "
         "key on a local path. `auto`: the mirrors the job creates get them, an existing copy-on-write mirror "
         "stays so (its readers keep working), an object-store path stays copy-on-write; `true`: existing mirrors "
         "too; `false`: copy-on-write. Readers must apply deletion vectors (Spark, DuckDB, Polars, delta-rs's "

@@ -243,7 +243,7 @@ def check_table(table: DeltaTable, uri: str, schema: TableSchema, storage: pa.Sc
         raise SinkSchemaMismatch(
             f"Delta table {uri} has schema {actual} but {name} now needs {expected}, which is not "
             "an added column or a widened type (the only changes the sink follows under lenient; "
-            "evolve also drops and renames, see docs/schema-evolution.md): migrate or drop the table "
+            "evolve also drops and renames, see docs/concepts/schema-evolution.md): migrate or drop the table "
             "(and restart the snapshot)",
             table=name, uri=uri,
         )

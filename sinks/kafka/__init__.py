@@ -1,1 +1,1 @@
-"""The Kafka sink: Debezium JSON change events in Kafka topics, exactly once (docs/kafka.md)."""
+"""The Kafka sink: Debezium JSON change events in Kafka topics, exactly once (docs/sinks/kafka.md)."""

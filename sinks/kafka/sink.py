@@ -19,7 +19,7 @@ compacted control topic. A ``read_committed`` consumer sees all of a batch or no
   out may still have committed. Brokers lost mid-commit: retried with doubling backoff, then a
   clear error; the replay after a restart writes the batch exactly once.
 
-docs/kafka.md states the protocol and how it holds at each crash point.
+docs/sinks/kafka.md states the protocol and how it holds at each crash point.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from typing import Any, ClassVar
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from cdc.model.config import SinkConfig
+from cdc.model.debezium.headers import new_run_id
 from cdc.model.debezium.schema_change import schema_change_message
 from cdc.model.errors import ConfigError
 from cdc.model.history import SchemaChange
@@ -49,7 +50,14 @@ from sinks.kafka.control import (
     marker,
 )
 from sinks.kafka.logs import CLIENT_LOGGING
-from sinks.stream.batches import batch_messages, clear_staging, new_schema_changes, remove_staged
+from sinks.stream.batches import (
+    batch_context,
+    batch_messages,
+    change_context,
+    clear_staging,
+    new_schema_changes,
+    remove_staged,
+)
 from sinks.stream.messages import Message, MessageTooLarge, StreamStageWriter
 
 log = logging.getLogger(__name__)
@@ -80,11 +88,14 @@ class KafkaSink(Sink):
         super().__init__(config, job_id, spark, hooks)
         self.kafka = config
         self.staging = config.staging_root(job_id)
-        self.transactional_id = f"spark-cdc-{job_id}"
+        # one per job and topic prefix: two Kafka sinks of one job (a fan-out to two prefixes or
+        # clusters) must not fence each other; a restart of the job fences its old producer
+        self.transactional_id = f"spark-cdc-{job_id}-{config.topic_prefix}"
         self.producer: Producer | None = None
         self.last_batch: int | None = None  # None: unknown, read the control topic first
         self.schema_versions: dict[str, int] = {}  # per table, the newest version published
         self.topics: set[str] = set()  # topics known to exist
+        self.run_id = new_run_id()  # Debezium's runId: one per start of the job
 
     def describe(self) -> str:
         return f"kafka at {self.kafka.bootstrap_servers} (topics {self.kafka.topic_prefix}.<db>.<table>)"
@@ -214,11 +225,13 @@ class KafkaSink(Sink):
         try:
             producer.begin_transaction()
             for change in schema_changes:  # before the rows written under it, as Debezium orders them
-                key, value = schema_change_message(str(change.source.get("connector", "mysql")), change.schema,
-                                                   change.ddl, change.source,
+                connector = str(change.source.get("connector", "mysql"))
+                key, value = schema_change_message(connector, change.schema, change.ddl, change.source,
                                                    int(time.time() * 1000),
                                                    schemas_enable=self.kafka.schemas_enable)
-                self._produce(producer, self.kafka.schema_changes_topic(), Message(key, value, "", ""), delivered)
+                headers = change_context(change, self.run_id) if self.kafka.extended_headers else ()
+                self._produce(producer, self.kafka.schema_changes_topic(), Message(key, value, "", "", headers),
+                              delivered)
                 log.info("kafka: schema change of %s (version %d) to %s: %s", change.schema.table_id,
                          change.version, self.kafka.schema_changes_topic(), change.ddl.strip())
             for batch in tables:
@@ -230,7 +243,7 @@ class KafkaSink(Sink):
                 counts[topic] = n
             key, value = marker(self.job_id, batch_id, counts, schema_versions)
             self._produce(producer, self.kafka.commits_topic(), Message(key, value, "", ""), delivered)
-            left = producer.flush(self.kafka.commit_timeout_s)
+            left = _serve(producer.flush, self.kafka.commit_timeout_s)
             self._check(failures, batch_id)
             if left:
                 raise _Retry(f"{left} messages not acknowledged within {self.kafka.commit_timeout_s:g}s")
@@ -246,7 +259,8 @@ class KafkaSink(Sink):
         return counts
 
     def _messages(self, batch: TableBatch) -> Iterator[Message]:
-        return batch_messages(self.staging, batch, self.kafka.schemas_enable)
+        context = batch_context(batch, self.run_id) if self.kafka.extended_headers else ()
+        return batch_messages(self.staging, batch, self.kafka.schemas_enable, context)
 
     @staticmethod
     def _produce(producer: Producer, topic: str, m: Message, delivered: Any) -> None:
@@ -256,7 +270,7 @@ class KafkaSink(Sink):
                                  on_delivery=delivered)
                 return
             except BufferError:  # the local queue is full: let deliveries drain it
-                producer.poll(0.05)
+                _serve(producer.poll, 0.05)
 
     def _check(self, failures: list[tuple[KafkaError, str, bytes | None]], batch_id: int) -> None:
         if not failures:
@@ -276,3 +290,18 @@ class KafkaSink(Sink):
         if self.producer is not None:
             self.producer.flush(self.kafka.commit_timeout_s)
         self.producer = None
+
+
+
+def _serve(call: Any, timeout: float) -> int:
+    """``producer.flush`` or ``producer.poll``, which run the delivery callbacks: a fatal error
+    (a fenced producer) that confluent-kafka 2.16 raises while a callback runs surfaces as a
+    SystemError whose cause is the KafkaException; that KafkaException is raised instead.
+    """
+    try:
+        served: int = call(timeout)
+    except SystemError as exc:
+        if isinstance(exc.__cause__, KafkaException):
+            raise exc.__cause__ from None
+        raise
+    return served

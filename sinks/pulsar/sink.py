@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 import pulsar
 
 from cdc.model.config import SinkConfig
+from cdc.model.debezium.headers import new_run_id
 from cdc.model.debezium.schema_change import schema_change_message
 from cdc.model.errors import ConfigError
 from cdc.model.history import SchemaChange
@@ -36,7 +37,14 @@ from sinks.pulsar.admin import PulsarAdmin, PulsarUnreachable
 from sinks.pulsar.config import PulsarSinkConfig
 from sinks.pulsar.producers import Marker, Producers, marker_value, partition_topics, read_markers
 from sinks.pulsar.sender import BatchSender
-from sinks.stream.batches import batch_messages, clear_staging, new_schema_changes, remove_staged
+from sinks.stream.batches import (
+    batch_context,
+    batch_messages,
+    change_context,
+    clear_staging,
+    new_schema_changes,
+    remove_staged,
+)
 from sinks.stream.messages import Message, StreamStageWriter
 
 log = logging.getLogger(__name__)
@@ -74,6 +82,7 @@ class PulsarSink(Sink):
         self.pulsar = config
         self.staging = config.staging_root(job_id)
         self.producer_name = f"spark-cdc-{job_id}"
+        self.run_id = new_run_id()  # Debezium's runId: one per start of the job
         self.admin = PulsarAdmin(config)
         self.producers: Producers | None = None
         self.last_batch: int | None = None  # None: unknown, ask the brokers first
@@ -218,7 +227,9 @@ class PulsarSink(Sink):
             counts: dict[str, int] = {}
             for i, batch in enumerate(tables):
                 topic = self.pulsar.topic(batch.schema.table_id)
-                counts[topic] = sender.send_all(topic, batch_messages(self.staging, batch, self.pulsar.schemas_enable))
+                context = batch_context(batch, self.run_id) if self.pulsar.extended_headers else ()
+                counts[topic] = sender.send_all(topic, batch_messages(self.staging, batch, self.pulsar.schemas_enable,
+                                                                      context))
                 if i == 0:
                     self.hooks.reached("sink_commit")  # crash tests: a batch partly sent
             producers.flush()
@@ -239,7 +250,8 @@ class PulsarSink(Sink):
                                            schemas_enable=self.pulsar.schemas_enable)
         log.info("pulsar: schema change of %s (version %d) to %s: %s", change.schema.table_id,
                  change.version, self.pulsar.schema_changes_topic(), change.ddl.strip())
-        return Message(key, value, "", "")
+        return Message(key, value, "", "",
+                       change_context(change, self.run_id) if self.pulsar.extended_headers else ())
 
     def _send_marker(self, producers: Producers, batch_id: int, counts: dict[str, int],
                      schema_versions: dict[str, int]) -> None:

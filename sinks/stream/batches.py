@@ -7,18 +7,38 @@ import contextlib
 from collections.abc import Iterable, Iterator
 from itertools import chain
 
+from cdc.model.debezium.headers import Headers, context_headers
 from cdc.model.history import SchemaChange
 from cdc.model.storage import filesystem
 from sinks.base import TableBatch, staged_files
 from sinks.stream.messages import Message, read_staged, with_headers
 
 
-def batch_messages(staging: str, batch: TableBatch, schemas_enable: bool) -> Iterator[Message]:
+def batch_messages(staging: str, batch: TableBatch, schemas_enable: bool,
+                   context: Headers = ()) -> Iterator[Message]:
     """One table's messages of a batch, in the order they are published: the snapshot rows, then
-    the log's changes in log order, with Debezium's primary-key-update headers."""
+    the log's changes in log order, with Debezium's primary-key-update headers, then ``context``
+    (:func:`batch_context`) on every message."""
     snapshot = read_staged(staging, staged_files(batch.snapshot))
     changes = with_headers(read_staged(staging, staged_files(batch.changes)), schemas_enable)
-    return chain(snapshot, changes)
+    if not context:
+        return chain(snapshot, changes)
+    return (m._replace(headers=m.headers + context) for m in chain(snapshot, changes))
+
+
+def batch_context(batch: TableBatch, run_id: str) -> Headers:
+    """Debezium 3's context headers of a table's messages (:mod:`cdc.model.debezium.headers`): the
+    source's name and connector, as the writer recorded them with each staged file."""
+    files = staged_files(batch.snapshot + batch.changes)
+    if not files or "context" not in files[0]:
+        return ()
+    name, connector = files[0]["context"]
+    return context_headers(name, connector, run_id)
+
+
+def change_context(change: SchemaChange, run_id: str) -> Headers:
+    """Debezium 3's context headers of a schema change event (its source's name and connector)."""
+    return context_headers(str(change.source.get("name", "")), str(change.source.get("connector", "mysql")), run_id)
 
 
 def new_schema_changes(tables: Iterable[TableBatch], published: dict[str, int]) -> list[SchemaChange]:

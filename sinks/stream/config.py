@@ -55,6 +55,20 @@ class StreamSinkConfig(SinkConfig):
         "(`adaptive_time_microseconds` for MySQL, `adaptive` for PostgreSQL)")
     binary_handling_mode: Literal["bytes", "base64", "base64-url-safe", "hex"] = Field(
         default="bytes", description="Debezium's `binary.handling.mode`")
+    enable_time_adjuster: bool = Field(
+        default=True, description="Debezium's MySQL `enable.time.adjuster` (its default: on): a DATE or "
+        "DATETIME of the years 0001-0099 is written as 2001-2069 (years 1-69) or 1970-1999 (70-99), as MySQL "
+        "reads two-digit years; `false` writes the year the database holds (MySQL/MariaDB sources only)")
+    replace_null_with_default: bool = Field(
+        default=True, description="Kafka Connect JsonConverter's `replace.null.with.default` (its default: on), "
+        "which Debezium's topics are written with: a null in a column that has a default value is written as "
+        "that default; `false` writes null")
+    extended_headers: bool = Field(default=True, description="Debezium 3's `extended.headers.enabled`: every "
+                                   "message carries the headers `__debezium.context.connectorLogicalName` (the "
+                                   "source's `name`), `__debezium.context.taskId` (`0`), "
+                                   "`__debezium.context.connectorName` (`mysql`, `mariadb`, `postgresql`) and "
+                                   "`__debezium.context.runId` (drawn at each start of the job); `false` leaves "
+                                   "them out")
 
     @field_validator("topic_prefix")
     @classmethod
@@ -68,7 +82,9 @@ class StreamSinkConfig(SinkConfig):
         return DebeziumOptions(decimal_handling_mode=self.decimal_handling_mode,
                                time_precision_mode=self.time_precision_mode,
                                bigint_unsigned_handling_mode=self.bigint_unsigned_handling_mode,
-                               binary_handling_mode=self.binary_handling_mode)
+                               binary_handling_mode=self.binary_handling_mode,
+                               enable_time_adjuster=self.enable_time_adjuster,
+                               replace_null_with_default=self.replace_null_with_default)
 
     def staging_root(self, job_id: str) -> str:
         """Where this job's executors stage messages (one folder per job and sink type)."""

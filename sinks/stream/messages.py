@@ -102,8 +102,10 @@ class StreamStageWriter(SinkWriter):
         with fs.open_output_stream(f"{folder}/{name}") as out, \
                 ipc.new_file(out, MESSAGE_SCHEMA, options=_IPC_OPTIONS) as w:
             w.write_table(table, max_chunksize=STAGED_BATCH_ROWS)
+        first = batch.column("source")[0]  # who speaks: the context headers the driver adds
         staged: dict[str, Any] = {"file": f"{_safe(str(schema.table_id))}/{name}", "messages": table.num_rows,
-                                  "rows": batch.num_rows}
+                                  "rows": batch.num_rows,
+                                  "context": [first["name"].as_py(), first["connector"].as_py()]}
         if change is not None:  # the driver publishes it once, with the first batch that has it
             staged["schema_change"] = change.to_dict()
         return [staged]

@@ -9,30 +9,54 @@ from __future__ import annotations
 import signal
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # each kind's module is imported when it starts (the CLI imports this package)
+    from cdc.app.sandbox.kafka import KafkaSandbox
+    from cdc.app.sandbox.mysql import Sandbox
+    from cdc.app.sandbox.postgres import PostgresSandbox
+
+
+def mysql_lines(box: Sandbox) -> list[str]:
+    """How to reach a MariaDB sandbox: its ``export`` line sets what the getting-started pages use."""
+    c = box.cdc
+    return [f"{box.flavor} on {c.host}:{c.port} (binlog ROW/FULL, GTIDs, server_id 1)",
+            f"  admin: user {box.admin.user!r}, empty password",
+            f"  CDC user: {c.user!r} (SELECT, REPLICATION SLAVE, REPLICATION CLIENT)",
+            f"  export MYSQL_HOST={c.host} MYSQL_PORT={c.port} MYSQL_PASSWORD='{c.password}'",
+            f"  mariadb -h {c.host} -P {c.port} -u root"]
+
+
+def postgres_lines(box: PostgresSandbox) -> list[str]:
+    """How to reach a PostgreSQL sandbox: the job's variables (``PG_*``) and psql's (``PG*``, the
+    superuser), as the getting-started pages use them."""
+    a, c = box.admin, box.cdc
+    return [f"PostgreSQL {box.version} on {c.host}:{c.port} (wal_level=logical)",
+            f"  admin: superuser {a.user!r}, password {a.password!r}",
+            f"  CDC role: {c.user!r} (LOGIN REPLICATION; grant SELECT on your tables)",
+            f"  export PG_HOST={c.host} PG_PORT={c.port} PG_PASSWORD='{c.password}'",
+            f"  export PGHOST={a.host} PGPORT={a.port} PGUSER={a.user} PGPASSWORD='{a.password}' PGDATABASE=postgres"]
+
+
+def kafka_lines(box: KafkaSandbox) -> list[str]:
+    """How to reach a Kafka sandbox: its ``export`` line sets what the getting-started pages use."""
+    return [f"Apache Kafka (KRaft, one broker+controller) on {box.bootstrap_servers}",
+            f"  export KAFKA_BOOTSTRAP={box.bootstrap_servers}",
+            f"  logs: {box.log_file}"]
 
 
 def _mysql() -> tuple[list[str], Callable[[], None]]:
     from cdc.app.sandbox.mysql import start_sandbox
 
     box = start_sandbox()
-    c = box.cdc
-    lines = [f"{box.flavor} on {c.host}:{c.port} (binlog ROW/FULL, GTIDs, server_id 1)",
-             f"  admin: user {box.admin.user!r}, empty password",
-             f"  CDC user: {c.user!r} (SELECT, REPLICATION SLAVE, REPLICATION CLIENT)",
-             f"  export MYSQL_HOST={c.host} MYSQL_PORT={c.port} MYSQL_PASSWORD='{c.password}'",
-             f"  mariadb -h {c.host} -P {c.port} -u root"]
-    return lines, box.stop
+    return mysql_lines(box), box.stop
 
 
 def _kafka() -> tuple[list[str], Callable[[], None]]:
     from cdc.app.sandbox.kafka import start_kafka_sandbox
 
     box = start_kafka_sandbox()
-    lines = [f"Apache Kafka (KRaft, one broker+controller) on {box.bootstrap_servers}",
-             f"  sink: {{type: kafka, bootstrap_servers: '{box.bootstrap_servers}'}}",
-             f"  logs: {box.log_file}"]
-    return lines, box.stop
+    return kafka_lines(box), box.stop
 
 
 def _pulsar() -> tuple[list[str], Callable[[], None]]:
@@ -50,13 +74,7 @@ def _postgres() -> tuple[list[str], Callable[[], None]]:
     from cdc.app.sandbox.postgres import start_postgres
 
     box = start_postgres()
-    a, c = box.admin, box.cdc
-    lines = [f"PostgreSQL {box.version} on {c.host}:{c.port} (wal_level=logical)",
-             f"  admin: superuser {a.user!r}, password {a.password!r}",
-             f"  CDC role: {c.user!r} (LOGIN REPLICATION; grant SELECT on your tables)",
-             f"  export PG_HOST={c.host} PG_PORT={c.port} PG_PASSWORD='{c.password}'",
-             f"  PGPASSWORD='{a.password}' psql -h {a.host} -p {a.port} -U {a.user} postgres"]
-    return lines, box.stop
+    return postgres_lines(box), box.stop
 
 
 SANDBOXES: dict[str, Callable[[], tuple[list[str], Callable[[], None]]]] = {

@@ -4,7 +4,8 @@ decode, changelog rows.
 A change event travels as two JSON messages, as Debezium writes them with Kafka's JsonConverter:
 
 * the key: the primary-key struct (``{"id": 1004}``), or no key for a table without one;
-* the value: an envelope ``{before, after, source, op, ts_ms, ts_us, ts_ns, transaction}``.
+* the value: an envelope ``{before, after, source, transaction, op, ts_ms, ts_us, ts_ns}``, in
+  the order Debezium 3.5's connectors write it (tests/test_debezium_differential.py runs them).
 
 With ``schemas_enabled`` each message is ``{"schema": ..., "payload": ...}`` (the Kafka Connect
 schema, see ``cdc/debezium_schema.py``); without, it is the payload alone. Decoding accepts both,
@@ -120,6 +121,8 @@ class PostgresSourceInfo:
     txId: int | None = None
     lsn: int | None = None
     xmin: int | None = None
+    origin: str | None = None
+    origin_lsn: int | None = None
 
     @property
     def table_id(self) -> TableId:
@@ -257,6 +260,7 @@ def record_from_row(row: Mapping[str, Any], schema: TableSchema, *,
     ts = int(row["ts_ms"] if row.get("ts_ms") is not None else s["ts_ms"] or 0)
     source_ts = int(s["ts_ms"] or 0)
     table = schema.table_id
+    before = None if _no_old_tuple(row["op"], schema) else row["before"]
     source: AnySourceInfo
     if schema.connector == POSTGRESQL:
         source = _postgres_source(s, s["version"] or "", s["name"] or "", source_ts,
@@ -269,7 +273,14 @@ def record_from_row(row: Mapping[str, Any], schema: TableSchema, *,
             server_id=int(s.get("server_id") or 0), gtid=s.get("gtid"), file=s.get("file") or "",
             pos=int(s.get("pos") or 0), row=int(s.get("row") or 0), thread=s.get("thread"),
             query=s.get("query"))
-    return ChangeRecord(row["op"], row["before"], row["after"], source, ts, ts * 1000, ts * 1_000_000)
+    return ChangeRecord(row["op"], before, row["after"], source, ts, ts * 1000, ts * 1_000_000)
+
+
+def _no_old_tuple(op: str, schema: TableSchema) -> bool:
+    """A PostgreSQL update under replica identity DEFAULT or INDEX: pgoutput sends no old row
+    (the change row's key-only ``before`` is made from the new one), and Debezium writes
+    ``before: null``."""
+    return op == "u" and schema.connector == POSTGRESQL and schema.replica_identity not in (None, "f")
 
 
 # --- encoding --------------------------------------------------------------------------------
@@ -305,14 +316,7 @@ def encode_value(
         DebeziumFormatError: the record is for another table, or a value cannot be encoded.
     """
     _check_table(record, schema)
-    codecs = table_codecs(schema, options)
-    payload = {
-        "before": _encode_row(record.before, codecs, "before", record.table_id),
-        "after": _encode_row(record.after, codecs, "after", record.table_id),
-        "source": _source_payload(record.source),
-        "op": record.op, "ts_ms": record.ts_ms, "ts_us": record.ts_us, "ts_ns": record.ts_ns,
-        "transaction": None,
-    }
+    payload = _envelope(record, table_codecs(schema, options), record.table_id)
     if not schemas_enabled:
         return _dumps(payload, record.table_id)
     fragment = _envelope_schema(schema, options, record.source.name, record.source.connector)
@@ -363,21 +367,26 @@ class TableEncoder:
         table = self.schema.table_id
         if record.table_id != table:
             _check_table(record, self.schema)
-        payload = {
-            "before": _encode_row(record.before, self.codecs, "before", table),
-            "after": _encode_row(record.after, self.codecs, "after", table),
-            "source": _source_payload(record.source),
-            "op": record.op, "ts_ms": record.ts_ms, "ts_us": record.ts_us, "ts_ns": record.ts_ns,
-            "transaction": None,
-        }
+        payload = _envelope(record, self.codecs, table)
         if not self.schemas_enabled:
             return _dumps(payload, table)
         return _dumps({"schema": self._schemas(record.source)[1], "payload": payload}, table)
 
 
+def _envelope(record: ChangeRecord, codecs: tuple[FieldCodec, ...], table: TableId) -> dict[str, Any]:
+    """The envelope payload, fields in Debezium 3.5's order (``transaction`` before ``op``)."""
+    return {
+        "before": _encode_row(record.before, codecs, "before", table),
+        "after": _encode_row(record.after, codecs, "after", table),
+        "source": _source_payload(record.source),
+        "transaction": None,
+        "op": record.op, "ts_ms": record.ts_ms, "ts_us": record.ts_us, "ts_ns": record.ts_ns,
+    }
+
+
 def _dumps(message: Any, table: TableId) -> bytes:
     try:
-        return orjson.dumps(message)
+        return values.jackson_escapes(orjson.dumps(message))
     except orjson.JSONEncodeError as exc:  # a value of the wrong Python type for its column
         raise DebeziumFormatError(f"cannot write the {table} event as JSON: {exc}",
                                   table=str(table)) from None
@@ -498,9 +507,12 @@ def decode_key(
 
 
 def to_changelog_rows(record: ChangeRecord) -> list[tuple[RowKind, Row]]:
-    """Flink's debezium-json reading: ``r``/``c`` -> +I, ``u`` -> -U and +U, ``d`` -> -D."""
+    """Flink's debezium-json reading: ``r``/``c`` -> +I, ``u`` -> -U and +U (+U alone when the
+    update has no ``before``: PostgreSQL under replica identity DEFAULT), ``d`` -> -D."""
     if record.op == "u":
-        assert record.before is not None and record.after is not None  # checked when built
+        assert record.after is not None  # checked when built
+        if record.before is None:
+            return [(RowKind.UPDATE_AFTER, record.after)]
         return [(RowKind.UPDATE_BEFORE, record.before), (RowKind.UPDATE_AFTER, record.after)]
     if record.op == "d":
         return [(RowKind.DELETE, record.image())]
@@ -638,6 +650,8 @@ def _check_images(op: str, before: Row | None, after: Row | None, path: str, con
     if op in ("c", "r", "u") and after is None:
         raise DebeziumFormatError(f"{path}after: op {op!r} needs an after image, got null",
                                   field=f"{path}after")
+    if op == "u" and before is None and connector == POSTGRESQL:
+        return  # replica identity DEFAULT: Debezium's PostgreSQL connector writes no before image
     if op in ("u", "d") and before is None:
         fix = ("PostgreSQL: the table needs REPLICA IDENTITY FULL" if connector == POSTGRESQL
                else "MySQL: binlog_row_image must be FULL")

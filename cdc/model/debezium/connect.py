@@ -25,8 +25,10 @@ Schema names are not adjusted (Debezium's ``schema.name.adjustment.mode=none``, 
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from decimal import Decimal
 from functools import lru_cache
 from typing import Any, Literal, NamedTuple
@@ -55,6 +57,12 @@ class DebeziumOptions(BaseModel):
             see the module docstring) or long (Debezium's default; values above 2**63-1 wrap).
         binary_handling_mode: ``binary.handling.mode``: bytes (Debezium's default; base64 in
             JSON), base64, base64-url-safe or hex (Connect strings).
+        enable_time_adjuster: MySQL/MariaDB ``enable.time.adjuster``: DATE and DATETIME values of
+            the years 0-99 become 2000-2069 and 1970-1999 (Debezium's default: on; off here, the
+            Kafka sink turns it on).
+        replace_null_with_default: Kafka Connect JsonConverter's ``replace.null.with.default``
+            (its default: on): a null in a column that has a default is written as the default.
+            Off here; the Kafka sink turns it on.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -63,6 +71,8 @@ class DebeziumOptions(BaseModel):
     time_precision_mode: Literal["adaptive", "adaptive_time_microseconds", "connect"] | None = None
     bigint_unsigned_handling_mode: Literal["precise", "long"] = "precise"
     binary_handling_mode: Literal["bytes", "base64", "base64-url-safe", "hex"] = "bytes"
+    enable_time_adjuster: bool = False
+    replace_null_with_default: bool = False
 
 
 DEFAULT_OPTIONS = DebeziumOptions()
@@ -81,6 +91,7 @@ class Spec(NamedTuple):
     items: dict[str, Any] | None = None  # the element schema of an array
     doc: str | None = None
     zero: Any = None  # the JSON value of a zero date in a NOT NULL column (Debezium: the epoch)
+    encode_default: Converter | None = None  # a column default's encoder, when not ``encode``
 
 
 class FieldCodec(NamedTuple):
@@ -93,8 +104,12 @@ class FieldCodec(NamedTuple):
     zero: Any = None  # what a null becomes (NOT NULL temporal columns: the epoch), else None
 
 
-def field_schema(spec: Spec, *, field: str | None, optional: bool) -> dict[str, Any]:
-    """A Connect JSON field schema, keys in the order Kafka's JsonConverter writes them."""
+_NO_DEFAULT = object()
+
+
+def field_schema(spec: Spec, *, field: str | None, optional: bool, default: Any = _NO_DEFAULT) -> dict[str, Any]:
+    """A Connect JSON field schema, keys in the order Kafka's JsonConverter writes them;
+    ``default``: the column's default value, encoded (Connect's ``default``)."""
     out: dict[str, Any] = {"type": spec.connect_type}
     if spec.items is not None:
         out["items"] = spec.items
@@ -104,6 +119,8 @@ def field_schema(spec: Spec, *, field: str | None, optional: bool) -> dict[str, 
     for key in ("name", "version", "doc", "parameters"):
         if getattr(spec, key) is not None:
             out[key] = getattr(spec, key)
+    if default is not _NO_DEFAULT:
+        out["default"] = default
     if field is not None:
         out["field"] = field
     return out
@@ -122,13 +139,84 @@ def spec_for(column: Column, options: DebeziumOptions, connector: str = "mysql")
 
 @lru_cache(maxsize=256)
 def table_codecs(schema: TableSchema, options: DebeziumOptions) -> tuple[FieldCodec, ...]:
-    """The codecs of a table's columns, in column order (cached per schema and options)."""
-    return tuple(
-        FieldCodec(c.name, field_schema(s, field=c.name, optional=c.nullable), s.encode, s.decode,
-                   None if c.nullable else s.zero)
-        for c in schema.columns
-        for s in (spec_for(c, options, schema.connector),)
-    )
+    """The codecs of a table's columns, in column order (cached per schema and options).
+
+    A column's default value (:attr:`Column.default`) is the schema's ``default``, and what a null
+    in a NOT NULL column becomes (as Debezium's converters do); without one, the type's fallback
+    (:attr:`Spec.zero`: 0, the epoch, ...)."""
+    return tuple(_field_codec(c, spec_for(c, options, schema.connector), options) for c in schema.columns)
+
+
+def _field_codec(c: Column, s: Spec, options: DebeziumOptions) -> FieldCodec:
+    default = default_value(c)
+    if default is None:
+        return FieldCodec(c.name, field_schema(s, field=c.name, optional=c.nullable), s.encode, s.decode,
+                          None if c.nullable else s.zero)
+    try:
+        encoded = (s.encode_default or s.encode)(default)
+    except (TypeError, ValueError, ArithmeticError):  # a default the type's encoder cannot take: none
+        return _field_codec(replace(c, default=None), s, options)
+    null = encoded if options.replace_null_with_default or not c.nullable else None
+    return FieldCodec(c.name, field_schema(s, field=c.name, optional=c.nullable, default=encoded), s.encode,
+                      s.decode, null)
+
+
+_UTC = dt.timezone.utc
+_TIME = re.compile(r"(-)?(\d+):(\d\d)(?::(\d\d)(?:\.(\d{1,6}))?)?$")
+
+
+def default_value(column: Column) -> Any:
+    """The column's default (:attr:`Column.default`, a literal's text) as the Python value its
+    encoder takes; None when it has none or the text is not a value of its type (``0000-00-00``)."""
+    text, t = column.default, column.arrow
+    if text is None:
+        return None
+    try:
+        if text.startswith(("b'", "B'")) and pa.types.is_binary(t):  # BIT: big-endian bytes
+            bits = text[2:-1] or "0"
+            return int(bits, 2).to_bytes((_bit_length(column) + 7) // 8, "big")
+        return _DEFAULT_PARSERS[_arrow_kind(t)](text, t)
+    except (KeyError, ValueError, ArithmeticError, OverflowError):
+        return None
+
+
+def _bit_length(c: Column) -> int:
+    m = re.match(r"bit\((\d+)\)", c.column_type)
+    return int(m.group(1)) if m else 1
+
+
+def _arrow_kind(t: pa.DataType) -> str:
+    for kind, test in (("int", pa.types.is_integer), ("float", pa.types.is_floating),
+                       ("decimal", pa.types.is_decimal), ("bool", pa.types.is_boolean),
+                       ("date", pa.types.is_date), ("timestamp", pa.types.is_timestamp),
+                       ("duration", pa.types.is_duration), ("binary", pa.types.is_binary),
+                       ("string", pa.types.is_string)):
+        if test(t):
+            return kind
+    return "other"
+
+
+def _parse_timestamp(text: str, t: pa.DataType) -> dt.datetime:
+    value = dt.datetime.fromisoformat(text)
+    return value.replace(tzinfo=_UTC) if getattr(t, "tz", None) else value
+
+
+def _parse_time(text: str, t: pa.DataType) -> dt.timedelta:
+    m = _TIME.match(text)
+    if m is None:
+        raise ValueError(text)
+    sign, h, mi, sec, frac = m.groups()
+    value = dt.timedelta(hours=int(h), minutes=int(mi), seconds=int(sec or 0),
+                         microseconds=int((frac or "0").ljust(6, "0")))
+    return -value if sign else value
+
+
+_DEFAULT_PARSERS: dict[str, Callable[[str, pa.DataType], Any]] = {
+    "int": lambda x, t: int(x), "float": lambda x, t: float(x), "decimal": lambda x, t: Decimal(x),
+    "bool": lambda x, t: x.lower() in ("1", "t", "true"), "date": lambda x, t: dt.date.fromisoformat(x),
+    "timestamp": _parse_timestamp, "duration": _parse_time, "binary": lambda x, t: x.encode(),
+    "string": lambda x, t: x,
+}
 
 
 @lru_cache(maxsize=256)
@@ -148,7 +236,8 @@ def _plain(connect_type: str, name: str | None = None) -> Callable[[Column, Debe
     decode = {"float": v.dec_float, "double": v.dec_float, "string": v.dec_str}.get(
         connect_type, v.dec_int
     )
-    return lambda c, o: Spec(connect_type, v.same, decode, name, 1 if name else None)
+    encode = v.enc_double if connect_type == "double" else v.same
+    return lambda c, o: Spec(connect_type, encode, decode, name, 1 if name else None)
 
 
 def _signed_or_wider(signed: str, unsigned: str) -> Callable[[Column, DebeziumOptions], Spec]:
@@ -161,13 +250,11 @@ def _unsigned(c: Column) -> bool:
 
 def _float(c: Column, o: DebeziumOptions) -> Spec:
     """FLOAT is Connect FLOAT32, written as Java's Float.toString does (shortest round-trip
-    decimal). FLOAT(M,D) is FLOAT64 (Debezium's mapping), the value rounded to its D digits as
-    the server shows it (``3.14``, not the float32's ``3.140000104904175``)."""
-    m = re.match(r"float\(\d+,(\d+)\)", c.column_type)
-    if m is None:
+    decimal). FLOAT(M,D) is FLOAT64 (Debezium's mapping) holding the float32 the server stores,
+    as Debezium writes it (``999.989990234375`` for 999.99 in FLOAT(5,2))."""
+    if re.match(r"float\(\d+,\d+\)", c.column_type) is None:
         return Spec("float", v.enc_float32, v.dec_float32)
-    digits = int(m.group(1))
-    return Spec("double", lambda x: round(v.enc_float32(x), digits), v.dec_float)
+    return Spec("double", lambda x: v.java_double(v.to_float32(x)), v.dec_float)
 
 
 def _tinyint(c: Column, o: DebeziumOptions) -> Spec:
@@ -194,7 +281,7 @@ def _decimal_spec(precision: int, scale: int, mode: str, *, text: bool) -> Spec:
         return Spec("string", lambda x: v.plain(Decimal(x)),
                     lambda x: out(v.decimal_from_text(x)))
     if mode == "double":
-        return Spec("double", lambda x: float(Decimal(x)),
+        return Spec("double", lambda x: v.java_double(float(Decimal(x))),
                     lambda x: out(v.decimal_from_text(x)))
     return Spec("bytes", lambda x: v.b64(v.unscaled_bytes(x, scale)),
                 lambda x: out(v.decimal_from_b64(x, scale)),
@@ -208,19 +295,25 @@ def _decimal(c: Column, o: DebeziumOptions) -> Spec:
     return _decimal_spec(precision, scale, o.decimal_handling_mode, text=text)
 
 
+def _adjusted(encode: Converter, o: DebeziumOptions) -> Converter:
+    """``encode`` after Debezium's ``enable.time.adjuster`` when it is on: a year 0-69 is read as
+    2000-2069 and 70-99 as 1970-1999 (as MySQL reads two-digit years), ``0001-01-01`` too."""
+    return (lambda x: encode(v.two_digit_year(x))) if o.enable_time_adjuster else encode
+
+
 def _date(c: Column, o: DebeziumOptions) -> Spec:
     connect = o.time_precision_mode == "connect"
     name = "org.apache.kafka.connect.data.Date" if connect else "io.debezium.time.Date"
-    return Spec("int32", v.enc_date, v.dec_date, name, 1, zero=0)
+    return Spec("int32", _adjusted(v.enc_date, o), v.dec_date, name, 1, zero=0)
 
 
 def _datetime(c: Column, o: DebeziumOptions) -> Spec:
     if o.time_precision_mode == "connect":
-        return Spec("int64", v.enc_millis, v.dec_millis,
+        return Spec("int64", _adjusted(v.enc_millis, o), v.dec_millis,
                     "org.apache.kafka.connect.data.Timestamp", 1, zero=0)
     if (c.datetime_precision or 0) <= 3:
-        return Spec("int64", v.enc_millis, v.dec_millis, "io.debezium.time.Timestamp", 1, zero=0)
-    return Spec("int64", v.enc_micros, v.dec_micros, "io.debezium.time.MicroTimestamp", 1, zero=0)
+        return Spec("int64", _adjusted(v.enc_millis, o), v.dec_millis, "io.debezium.time.Timestamp", 1, zero=0)
+    return Spec("int64", _adjusted(v.enc_micros, o), v.dec_micros, "io.debezium.time.MicroTimestamp", 1, zero=0)
 
 
 def _time(c: Column, o: DebeziumOptions) -> Spec:
@@ -233,9 +326,12 @@ def _time(c: Column, o: DebeziumOptions) -> Spec:
 
 
 def _timestamp(c: Column, o: DebeziumOptions) -> Spec:
+    """ZonedTimestamp with the column's fraction digits; a default value with only the digits it
+    needs (``1970-01-01T00:00:00Z`` in TIMESTAMP(3)), as Debezium writes defaults."""
     fsp = c.datetime_precision or 0
     return Spec("string", lambda x: v.zoned_timestamp(x, fsp), v.parse_zoned_timestamp,
-                "io.debezium.time.ZonedTimestamp", 1, zero="1970-01-01T00:00:00Z")
+                "io.debezium.time.ZonedTimestamp", 1, zero="1970-01-01T00:00:00Z",
+                encode_default=lambda x: v.zoned_timestamp(x, 0))
 
 
 def _bit(c: Column, o: DebeziumOptions) -> Spec:
@@ -274,17 +370,14 @@ _POINT_FIELDS = ({"type": "double", "optional": False, "field": "x"},
                  {"type": "bytes", "optional": True, "field": "wkb"},
                  {"type": "int32", "optional": True, "field": "srid"})
 _GEOMETRY_FIELDS = ({"type": "bytes", "optional": False, "field": "wkb"},
-                    {"type": "int32", "optional": True, "field": "srid"},
-                    {"type": "map", "keys": {"type": "string", "optional": False},
-                     "values": {"type": "string", "optional": False}, "optional": True,
-                     "field": "extensions"})
+                    {"type": "int32", "optional": True, "field": "srid"})
 
 
 def _spatial(c: Column, o: DebeziumOptions) -> Spec:
     if c.data_type == "point":
         return Spec("struct", v.enc_point, v.dec_spatial, "io.debezium.data.geometry.Point", 1,
                     fields=_POINT_FIELDS, doc="Geometry (POINT)")
-    return Spec("struct", v.enc_geometry, v.dec_spatial, "io.debezium.data.geometry.Geometry", 2,
+    return Spec("struct", v.enc_geometry, v.dec_spatial, "io.debezium.data.geometry.Geometry", 1,
                 fields=_GEOMETRY_FIELDS, doc="Geometry")
 
 
@@ -323,7 +416,7 @@ _SPECS: dict[str, Callable[[Column, DebeziumOptions], Spec]] = {
 # Debezium's PostgreSQL connector (PostgresValueConverter) with its defaults: decimal.handling.mode
 # precise, time.precision.mode adaptive, binary.handling.mode bytes, interval.handling.mode
 # numeric, money.fraction.digits 2. Python values are those binlog/postgres/types.py gives
-# (docs/types.md, PostgreSQL). A NOT NULL column whose value is null (the non-key columns of a
+# (docs/sources/types.md, PostgreSQL). A NOT NULL column whose value is null (the non-key columns of a
 # REPLICA IDENTITY DEFAULT before image) gets the converter's fallback, as in Debezium
 # (JdbcValueConverters.convertValue): 0, "", false, the epoch, an empty array.
 
@@ -369,7 +462,7 @@ def _pg_money(c: Column, o: DebeziumOptions) -> Spec:
         return Spec("string", lambda x: v.plain(Decimal(x)), lambda x: v.decimal_from_text(x),
                     zero="0.00")
     if o.decimal_handling_mode == "double":
-        return Spec("double", lambda x: float(x), lambda x: v.decimal_from_text(x), zero=0.0)
+        return Spec("double", lambda x: v.java_double(float(x)), lambda x: v.decimal_from_text(x), zero=0.0)
     return Spec("bytes", lambda x: v.b64(v.unscaled_bytes(x, 2)), lambda x: v.decimal_from_b64(x, 2),
                 "org.apache.kafka.connect.data.Decimal", 1, {"scale": "2"}, zero="AA==")
 
@@ -491,14 +584,15 @@ SOURCE_FIELDS: tuple[tuple[str, str, bool], ...] = (
     ("file", "string", False), ("pos", "int64", False), ("row", "int32", False),
     ("thread", "int64", True), ("query", "string", True),
 )
-# PostgreSQL's (PostgresSourceInfoStructMaker, before Debezium 3.5 added origin/origin_lsn):
-# the common fields, then schema, table (required), txId, lsn, xmin.
+# PostgreSQL's (Debezium 3.5's PostgresSourceInfoStructMaker): the common fields, then schema,
+# table (required), txId, lsn, xmin, and the replication origin of the change (origin, origin_lsn:
+# null unless the change was replayed by logical replication from another server).
 POSTGRES_SOURCE_FIELDS: tuple[tuple[str, str, bool], ...] = (
     ("version", "string", False), ("connector", "string", False), ("name", "string", False),
     ("ts_ms", "int64", False), ("snapshot", "string", True), ("db", "string", False),
     ("sequence", "string", True), ("ts_us", "int64", True), ("ts_ns", "int64", True),
     ("schema", "string", False), ("table", "string", False), ("txId", "int64", True),
-    ("lsn", "int64", True), ("xmin", "int64", True),
+    ("lsn", "int64", True), ("xmin", "int64", True), ("origin", "string", True), ("origin_lsn", "int64", True),
 )
 
 
@@ -542,12 +636,13 @@ def key_schema(schema: TableSchema, options: DebeziumOptions, server: str) -> di
 def envelope_schema(
     schema: TableSchema, options: DebeziumOptions, server: str, connector: str
 ) -> dict[str, Any]:
-    """The value schema: ``<server>.<db>.<table>.Envelope`` with before/after/source/op/ts."""
+    """The value schema: ``<server>.<db>.<table>.Envelope`` with before, after, source,
+    transaction, op, ts_ms, ts_us, ts_ns (Debezium 3.5's order)."""
     row = {"type": "struct", "fields": [c.schema for c in table_codecs(schema, options)],
            "optional": True, "name": f"{_prefix(server, schema)}.Value"}
     ts = [{"type": "int64", "optional": True, "field": f} for f in ("ts_ms", "ts_us", "ts_ns")]
     fields = [{**row, "field": "before"}, {**row, "field": "after"}, source_schema(connector),
-              {"type": "string", "optional": False, "field": "op"}, *ts, _TRANSACTION_FIELD]
+              _TRANSACTION_FIELD, {"type": "string", "optional": False, "field": "op"}, *ts]
     return {"type": "struct", "fields": fields, "optional": False,
             "name": f"{_prefix(server, schema)}.Envelope", "version": 2}
 

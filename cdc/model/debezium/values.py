@@ -21,6 +21,8 @@ from collections.abc import Callable
 from decimal import Context, Decimal, InvalidOperation
 from typing import Any
 
+import orjson
+
 Converter = Callable[[Any], Any]
 
 
@@ -61,6 +63,85 @@ def dec_float(v: Any) -> float:
     return float(v)
 
 
+# --- strings as Jackson escapes them -------------------------------------------------------------
+#
+# JsonConverter's Jackson writes a character outside the Basic Multilingual Plane (an emoji) as its
+# UTF-16 surrogate pair, ``\uD83D\uDE00``, and a control character as ``\u001A`` (upper-case hex);
+# orjson writes the four UTF-8 bytes and ``\u001a``. Both are the same JSON text; the bytes differ.
+
+_ASTRAL = re.compile(rb"[\xf0-\xf4][\x80-\xbf]{3}")
+_ESCAPE = re.compile(rb"\\(\\|u00[0-9a-f]{2})")  # an escaped backslash, or a \u00xx escape
+
+
+def _surrogates(m: re.Match[bytes]) -> bytes:
+    cp = ord(m.group().decode("utf-8")) - 0x10000
+    return b"\\u%04X\\u%04X" % (0xD800 + (cp >> 10), 0xDC00 + (cp & 0x3FF))
+
+
+def _upper_hex(m: re.Match[bytes]) -> bytes:
+    return m.group() if m.group(1) == b"\\" else b"\\u" + m.group(1)[1:].upper()
+
+
+def jackson_escapes(data: bytes) -> bytes:
+    """orjson's JSON bytes with Jackson's escapes (see above); unchanged when it has neither (the
+    usual case: two scans in C)."""
+    if _ASTRAL.search(data):
+        data = _ASTRAL.sub(_surrogates, data)
+    if b"\\u00" in data:
+        data = _ESCAPE.sub(_upper_hex, data)
+    return data
+
+
+# --- numbers as Java writes them --------------------------------------------------------------
+#
+# Kafka's JsonConverter (Jackson) writes a Connect FLOAT64 with Java's Double.toString and a FLOAT32
+# with Float.toString: the shortest digits that read back to the same value, but at least two
+# significant digits (``1.0E-300``, ``4.9E-324``, the closest two-digit decimal), plain between 1e-3
+# and 1e7 (``0.001``, ``100.0``, ``999.989990234375``) and ``d.dddE<exp>`` outside (``1.6777216E7``,
+# ``1.7976931348623157E308``). Python's repr differs (``1e-300``, ``5e-324``, ``16777216.0``), so
+# the encoders hand orjson the Java text as a fragment.
+
+
+def _java_text(x: float, digits: str, exponent: int) -> orjson.Fragment:
+    """Java's layout of ``0.<digits> x 10**exponent`` (digits without trailing zeros)."""
+    sign = "-" if math.copysign(1.0, x) < 0 else ""
+    if 1e-3 <= abs(x) < 1e7:
+        if exponent <= 0:
+            text = "0." + "0" * -exponent + digits
+        elif exponent >= len(digits):
+            text = digits + "0" * (exponent - len(digits)) + ".0"
+        else:
+            text = digits[:exponent] + "." + digits[exponent:]
+    else:
+        text = f"{digits[0]}.{digits[1:] or '0'}E{exponent - 1}"
+    return orjson.Fragment(sign + text)
+
+
+def _decimal_digits(text: str) -> tuple[str, int]:
+    """(significant digits without trailing zeros, exponent of ``0.<digits>``) of a decimal text."""
+    _, digits, exp = Decimal(text).normalize().as_tuple()
+    assert isinstance(exp, int)  # finite
+    out = "".join(map(str, digits))
+    return out, len(out) + exp
+
+
+def _java_digits(shortest: str, two_digits: str, reads_back: Callable[[str], bool]) -> tuple[str, int]:
+    """The digits Java writes: the shortest that read back to the value; when that is a single
+    digit, the closest decimal of one or two digits that reads back (``4.9E-324``, not ``5E-324``)."""
+    digits, exponent = _decimal_digits(shortest)
+    if len(digits) == 1 and reads_back(two_digits):
+        digits, exponent = _decimal_digits(two_digits)
+    return digits, exponent
+
+
+def java_double(v: float) -> orjson.Fragment:
+    """A finite double as Java's ``Double.toString`` writes it (``0.0``, ``-0.0``, ``1.0E-300``)."""
+    x = float(v)
+    if x == 0:
+        return orjson.Fragment("-0.0" if math.copysign(1.0, x) < 0 else "0.0")
+    return _java_text(x, *_java_digits(repr(x), f"{x:.1e}", lambda t: float(t) == x))
+
+
 def to_float32(v: float) -> float:
     """``v`` rounded to the nearest single-precision float (as a Python float)."""
     try:
@@ -69,15 +150,26 @@ def to_float32(v: float) -> float:
         return float("inf") if v > 0 else float("-inf")
 
 
-def enc_float32(v: float) -> float:
-    """A FLOAT value as the shortest decimal that reads back to the same float32 (Java's
-    ``Float.toString``: 3.14, not 3.140000104904175)."""
+def java_float(v: float) -> orjson.Fragment:
+    """A finite float32 as Java's ``Float.toString`` writes it: the shortest digits that read back
+    to the same float32 (``3.14``, not ``3.140000104904175``), laid out as :func:`java_double`."""
     f = to_float32(float(v))
-    for digits in range(1, 10):
-        candidate = float(f"{f:.{digits}g}")
-        if to_float32(candidate) == f:
-            return candidate
-    return f  # NaN or infinite
+    if f == 0:
+        return orjson.Fragment("-0.0" if math.copysign(1.0, f) < 0 else "0.0")
+    shortest = next(t for p in range(9) if to_float32(float(t := f"{f:.{p}e}")) == f)
+    return _java_text(f, *_java_digits(shortest, f"{f:.1e}", lambda t: to_float32(float(t)) == f))
+
+
+def enc_float32(v: float) -> orjson.Fragment | float:
+    """A FLOAT value (Connect FLOAT32) as JsonConverter writes it (:func:`java_float`); NaN and the
+    infinities as Python floats."""
+    f = to_float32(float(v))
+    return java_float(f) if math.isfinite(f) else f
+
+
+def enc_double(v: float) -> orjson.Fragment:
+    """A DOUBLE value (Connect FLOAT64) as JsonConverter writes it (:func:`java_double`)."""
+    return java_double(v)
 
 
 def dec_float32(v: Any) -> float:
@@ -186,6 +278,14 @@ def _from_int(build: Callable[[int], Any], expected: str) -> Converter:
     return decode
 
 
+def two_digit_year(v: dt.date) -> dt.date:
+    """A date or datetime of the years 1-99 moved to 2001-2069 (1-69) or 1970-1999 (70-99), as
+    Debezium's MySQL ``enable.time.adjuster`` reads two-digit years (Python has no year 0)."""
+    if v.year >= 100:
+        return v
+    return v.replace(year=v.year + (2000 if v.year <= 69 else 1900))
+
+
 def enc_date(v: dt.date) -> int:
     """Days since the epoch."""
     return v.toordinal() - EPOCH_ORDINAL
@@ -282,15 +382,15 @@ def bits_codec(n: int) -> tuple[Converter, Converter]:
 
 
 def enc_point(v: bytes) -> dict[str, Any]:
-    """MySQL POINT bytes -> Debezium Point struct (x, y, wkb, srid)."""
+    """MySQL POINT bytes -> Debezium Point struct (x, y, wkb, srid; SRID 0 is null, as Debezium has it)."""
     srid, wkb = int.from_bytes(v[:4], "little"), v[4:]
     x, y = struct.unpack(("<" if wkb[:1] == b"\x01" else ">") + "dd", wkb[5:21])
-    return {"x": x, "y": y, "wkb": b64(wkb), "srid": srid}
+    return {"x": java_double(x), "y": java_double(y), "wkb": b64(wkb), "srid": srid or None}
 
 
 def enc_geometry(v: bytes) -> dict[str, Any]:
-    """MySQL geometry bytes -> Debezium Geometry struct (wkb, srid, extensions)."""
-    return {"wkb": b64(v[4:]), "srid": int.from_bytes(v[:4], "little"), "extensions": None}
+    """MySQL geometry bytes -> Debezium Geometry struct (wkb, srid; SRID 0 is null)."""
+    return {"wkb": b64(v[4:]), "srid": int.from_bytes(v[:4], "little") or None}
 
 
 def dec_spatial(v: Any) -> bytes:
@@ -309,18 +409,19 @@ def dec_spatial(v: Any) -> bytes:
 _SPECIAL_FLOATS = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
 
 
-def enc_special_float(v: float) -> float | str:
-    """A double; NaN and the infinities as Jackson writes them (``"NaN"``, ``"Infinity"``)."""
+def enc_special_float(v: float) -> orjson.Fragment | str:
+    """A double (:func:`java_double`); NaN and the infinities as Jackson writes them (``"NaN"``,
+    ``"Infinity"``)."""
     f = float(v)
     if math.isfinite(f):
-        return f
+        return java_double(f)
     return "NaN" if math.isnan(f) else ("Infinity" if f > 0 else "-Infinity")
 
 
-def enc_special_float32(v: float) -> float | str:
-    """A float32 as :func:`enc_float32` writes it; NaN and the infinities as strings."""
+def enc_special_float32(v: float) -> orjson.Fragment | str:
+    """A float32 as :func:`java_float` writes it; NaN and the infinities as strings."""
     f = float(v)
-    return enc_float32(f) if math.isfinite(f) else enc_special_float(f)
+    return java_float(f) if math.isfinite(f) else enc_special_float(f)
 
 
 def dec_special_float(v: Any) -> float:
@@ -369,7 +470,7 @@ def dec_pg_decimal_text(v: Any, text: bool) -> Any:
     return plain(d) if text else d
 
 
-def enc_pg_decimal_double(v: Any) -> float | str:
+def enc_pg_decimal_double(v: Any) -> orjson.Fragment | str:
     """decimal.handling.mode=double: a double (NaN/Infinity as Jackson writes them)."""
     return enc_special_float(float(Decimal(v)))
 
