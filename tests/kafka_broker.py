@@ -7,7 +7,6 @@ consumer would (confluent-kafka, ``isolation.level=read_committed``), none of th
 
 from __future__ import annotations
 
-import atexit
 import time
 import uuid
 from collections.abc import Iterator
@@ -15,27 +14,18 @@ from dataclasses import dataclass
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from session_servers import SessionServer
 
 from cdc.app.sandbox.kafka import KafkaSandbox, start_kafka_sandbox
 
-_BROKER: list[KafkaSandbox] = []
-
-
-def shared_broker() -> KafkaSandbox:
-    """The session's broker, started on first use (also outside fixtures: SINK_KINDS)."""
-    if not _BROKER:
-        _BROKER.append(start_kafka_sandbox())
-        atexit.register(_BROKER[0].stop)
-    return _BROKER[0]
+_BROKER = SessionServer(start_kafka_sandbox)
+shared_broker = _BROKER.get  # the session's broker, started on first use (also outside fixtures: SINK_KINDS)
 
 
 @pytest.fixture(scope="session")
 def kafka_broker() -> Iterator[KafkaSandbox]:
     """A running single-node Kafka (broker + controller) on a free loopback port."""
-    box = shared_broker()
-    yield box
-    box.stop()
-    _BROKER.clear()
+    yield from _BROKER.serve()
 
 
 @dataclass(frozen=True)

@@ -8,32 +8,22 @@ partition: :func:`cdc.app.sandbox.pulsar.read_messages`), none of the sink's cod
 
 from __future__ import annotations
 
-import atexit
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
+from session_servers import SessionServer
 
 from cdc.app.sandbox.pulsar import PulsarSandbox, read_messages, start_pulsar_sandbox
 
-_BROKER: list[PulsarSandbox] = []
-
-
-def shared_pulsar() -> PulsarSandbox:
-    """The session's broker, started on first use (also outside fixtures: SINK_KINDS)."""
-    if not _BROKER:
-        _BROKER.append(start_pulsar_sandbox())
-        atexit.register(_BROKER[0].stop)
-    return _BROKER[0]
+_BROKER = SessionServer(start_pulsar_sandbox)
+shared_pulsar = _BROKER.get  # the session's broker, started on first use (also outside fixtures: SINK_KINDS)
 
 
 @pytest.fixture(scope="session")
 def pulsar_broker() -> Iterator[PulsarSandbox]:
     """A running standalone Pulsar (broker + bookie, deduplication on) on free loopback ports."""
-    box = shared_pulsar()
-    yield box
-    box.stop()
-    _BROKER.clear()
+    yield from _BROKER.serve()
 
 
 @dataclass(frozen=True)

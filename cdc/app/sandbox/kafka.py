@@ -7,18 +7,14 @@ replication factor 1 for the internal topics, transactions enabled) and a log4j2
 that logs to ``kafka.log`` in the same folder, then starts ``kafka.Kafka`` and waits until it
 answers a metadata request. :meth:`KafkaSandbox.restart` stops the JVM and starts it again on
 the same ports and log directory (the broker-restart fault tests); :meth:`KafkaSandbox.stop`
-kills it and removes the folder. No Docker, no download: the jars come from ``make setup``.
+kills it and removes the folder (:class:`cdc.app.sandbox.jvm.JvmServer`). No Docker, no download:
+the jars come from ``make setup``.
 """
 
 from __future__ import annotations
 
 import base64
-import contextlib
-import os
-import shutil
-import signal
 import subprocess
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -27,6 +23,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from cdc.app.sandbox.jvm import JvmServer, java_binary, started
 from cdc.app.sandbox.mysql import SandboxError, free_port
 from cdc.spark.jars import kafka_classpath
 
@@ -46,7 +43,7 @@ logger.state.level = WARN
 """
 
 
-class KafkaSandbox:
+class KafkaSandbox(JvmServer):
     """One Kafka node (broker + controller) on loopback, in its own temp folder (driver side).
 
     Args:
@@ -55,15 +52,17 @@ class KafkaSandbox:
         extra: more ``server.properties`` entries (e.g. ``{"message.max.bytes": "2000"}``).
     """
 
+    name = "kafka"
+
     def __init__(self, base_dir: str | None = None, heap: str = "512m",
                  extra: dict[str, str] | None = None) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="kafka-sandbox-", dir=base_dir))
+        super().__init__("kafka-sandbox-", base_dir)
         self.port = free_port()
         self.controller_port = free_port()
         self.heap = heap
         self.extra = dict(extra or {})
-        self.proc: subprocess.Popen[bytes] | None = None
         self._formatted = False
+        self._admin: AdminClient | None = None
 
     @property
     def bootstrap_servers(self) -> str:
@@ -73,6 +72,9 @@ class KafkaSandbox:
     @property
     def log_file(self) -> Path:
         return self.dir / "kafka.log"
+
+    def address(self) -> str:
+        return self.bootstrap_servers
 
     def _properties(self) -> str:
         props = {
@@ -101,11 +103,7 @@ class KafkaSandbox:
         return "".join(f"{k}={v}\n" for k, v in props.items())
 
     def _java(self, main: str, *args: str) -> list[str]:
-        java = shutil.which("java")
-        if java is None:
-            raise SandboxError("java not found: install a JDK 17+ (`make setup` does it: "
-                               "apt-get install openjdk-17-jre-headless)")
-        return [java, f"-Xmx{self.heap}", "-Xms128m", "-XX:+UseSerialGC",
+        return [java_binary(), f"-Xmx{self.heap}", "-Xms128m", "-XX:+UseSerialGC",
                 f"-Dlog4j2.configurationFile={self.dir / 'log4j2.properties'}",
                 f"-Dkafka.logs.dir={self.dir}", "-cp", kafka_classpath(), main, *args]
 
@@ -124,68 +122,23 @@ class KafkaSandbox:
                                f"{(done.stderr or done.stdout)[-2000:]}")
         self._formatted = True
 
-    def start(self, timeout: float = 90.0) -> KafkaSandbox:
-        """Format the log directory (first start only), start the JVM, wait until it answers.
-
-        Raises:
-            SandboxError: no java, the jars are missing, or the broker did not come up in time.
-        """
+    def prepare(self) -> None:
+        """Format the log directory (first start only)."""
         if not self._formatted:
             self._format()
-        out = open(self.dir / "stdout.log", "ab")  # noqa: SIM115 - the child keeps it open
-        try:
-            self.proc = subprocess.Popen(
-                self._java("kafka.Kafka", str(self.dir / "server.properties")),
-                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        finally:
-            out.close()
-        self._wait_ready(timeout)
-        return self
 
-    def _wait_ready(self, timeout: float) -> None:
-        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
-        deadline = time.monotonic() + timeout
-        last: Exception | None = None
-        while time.monotonic() < deadline:
-            if self.proc is not None and self.proc.poll() is not None:
-                tail = self.log_file.read_text(errors="replace")[-2000:] if self.log_file.exists() else ""
-                raise SandboxError(f"kafka exited with code {self.proc.returncode} during start-up:\n{tail}")
-            try:
-                meta = admin.list_topics(timeout=2)
-                if meta.brokers:
-                    return
-            except Exception as exc:  # not listening yet
-                last = exc
-            time.sleep(0.2)
-        raise SandboxError(f"kafka on {self.bootstrap_servers} not ready after {timeout:.0f}s: {last}")
+    def command(self) -> list[str]:
+        return self._java("kafka.Kafka", str(self.dir / "server.properties"))
 
-    def kill(self) -> None:
-        """Kill the JVM at once (SIGKILL), keeping its data: the broker is lost."""
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=30)
-        self.proc = None
-
-    def restart(self, timeout: float = 90.0) -> None:
-        """Kill the JVM and start it again on the same ports and log directory."""
-        self.kill()
-        self.start(timeout)
-
-    def stop(self) -> None:
-        """Kill the JVM and remove the folder."""
-        self.kill()
-        shutil.rmtree(self.dir, ignore_errors=True)
+    def ready(self) -> bool:
+        if self._admin is None:
+            self._admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
+        return bool(self._admin.list_topics(timeout=2).brokers)
 
 
 def start_kafka_sandbox() -> KafkaSandbox:
     """Start a sandbox broker (see :class:`KafkaSandbox`)."""
-    box = KafkaSandbox()
-    try:
-        return box.start()
-    except BaseException:
-        box.stop()
-        raise
+    return started(KafkaSandbox())
 
 
 def read_committed(bootstrap: str, topic: str, timeout: float = 60.0) -> list[Any]:

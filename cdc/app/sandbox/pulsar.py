@@ -8,24 +8,19 @@ bookie and a RocksDB metadata store in one JVM; no functions worker, no stream s
 until the admin API lists the ``public/default`` namespace. :meth:`PulsarSandbox.restart` kills
 the JVM and starts it again on the same ports and data (the broker-restart fault tests; the
 bookie finds its port again in its cookie); :meth:`PulsarSandbox.stop` kills it and removes the
-folder. No Docker, no download: the jars come from ``make setup``.
+folder (:class:`cdc.app.sandbox.jvm.JvmServer`). No Docker, no download: the jars come from
+``make setup``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import shutil
-import signal
-import subprocess
-import tempfile
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
-from cdc.app.sandbox.mysql import SandboxError, free_port
+from cdc.app.sandbox.jvm import JvmServer, java_binary, started
+from cdc.app.sandbox.mysql import free_port
 from cdc.spark.jars import pulsar_classpath
 
 _LOG4J2 = """\
@@ -52,7 +47,7 @@ _ADD_OPENS = ("java.base/java.io", "java.base/java.util.zip", "java.base/sun.net
               "java.base/jdk.internal.misc", "java.base/sun.nio.ch")
 
 
-class PulsarSandbox:
+class PulsarSandbox(JvmServer):
     """One standalone Pulsar (broker + bookie) on loopback, in its own temp folder (driver side).
 
     Args:
@@ -63,15 +58,18 @@ class PulsarSandbox:
         extra: more broker settings (e.g. ``{"maxMessageSize": "20000"}``).
     """
 
+    name = "pulsar"
+    start_timeout = 120.0
+    poll_s = 0.3
+
     def __init__(self, base_dir: str | None = None, heap: str = "512m", deduplication: bool = True,
                  extra: dict[str, str] | None = None) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="pulsar-sandbox-", dir=base_dir))
+        super().__init__("pulsar-sandbox-", base_dir)
         self.port = free_port()
         self.web_port = free_port()
         self.heap = heap
         self.deduplication = deduplication
         self.extra = dict(extra or {})
-        self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def service_url(self) -> str:
@@ -86,6 +84,9 @@ class PulsarSandbox:
     @property
     def log_file(self) -> Path:
         return self.dir / "pulsar.log"
+
+    def address(self) -> str:
+        return self.service_url
 
     def _properties(self) -> str:
         props = {
@@ -116,82 +117,31 @@ class PulsarSandbox:
         }
         return "".join(f"{k}={v}\n" for k, v in props.items())
 
-    def _command(self) -> list[str]:
-        java = shutil.which("java")
-        if java is None:
-            raise SandboxError("java not found: install a JDK 17+ (`make setup` does it: "
-                               "apt-get install openjdk-17-jre-headless)")
+    def command(self) -> list[str]:
         opens = [arg for module in _ADD_OPENS for arg in ("--add-opens", f"{module}=ALL-UNNAMED")]
-        return [java, f"-Xmx{self.heap}", "-Xms128m", "-XX:MaxDirectMemorySize=256m", "-XX:+UseSerialGC",
+        return [java_binary(), f"-Xmx{self.heap}", "-Xms128m", "-XX:MaxDirectMemorySize=256m", "-XX:+UseSerialGC",
                 *opens, f"-Dlog4j2.configurationFile={self.dir / 'log4j2.yaml'}",
                 "-cp", pulsar_classpath(), "org.apache.pulsar.PulsarStandaloneStarter",
                 "--config", str(self.dir / "standalone.conf"), "-nfw", "-nss",
                 "--metadata-dir", str(self.dir / "metadata"), "--bookkeeper-dir", str(self.dir / "bookie"),
                 "--zookeeper-dir", str(self.dir / "no-zookeeper")]  # absent: RocksDB metadata
 
-    def start(self, timeout: float = 120.0) -> PulsarSandbox:
-        """Write the configuration (first start only), start the JVM, wait until it answers.
-
-        Raises:
-            SandboxError: no java, the jars are missing, or the broker did not come up in time.
-        """
+    def prepare(self) -> None:
+        """Write the configuration and the log4j2 file (first start only)."""
         conf = self.dir / "standalone.conf"
         if not conf.exists():
             conf.write_text(self._properties())
             (self.dir / "log4j2.yaml").write_text(_LOG4J2.format(log=self.log_file))
-        command = self._command()
-        out = open(self.dir / "stdout.log", "ab")  # noqa: SIM115 - the child keeps it open
-        try:
-            self.proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=self.dir,
-                                         start_new_session=True)
-        finally:
-            out.close()
-        self._wait_ready(timeout)
-        return self
 
-    def _wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        last: Exception | None = None
-        while time.monotonic() < deadline:
-            if self.proc is not None and self.proc.poll() is not None:
-                tail = self.log_file.read_text(errors="replace")[-3000:] if self.log_file.exists() else ""
-                raise SandboxError(f"pulsar exited with code {self.proc.returncode} during start-up:\n{tail}")
-            try:
-                with urllib.request.urlopen(f"{self.admin_url}/admin/v2/namespaces/public", timeout=2) as r:
-                    if "public/default" in json.loads(r.read()):
-                        return
-            except (OSError, urllib.error.URLError, ValueError) as exc:  # not listening yet
-                last = exc
-            time.sleep(0.3)
-        raise SandboxError(f"pulsar on {self.service_url} not ready after {timeout:.0f}s: {last}")
-
-    def kill(self) -> None:
-        """Kill the JVM at once (SIGKILL), keeping its data: the broker is lost."""
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=30)
-        self.proc = None
-
-    def restart(self, timeout: float = 120.0) -> None:
-        """Kill the JVM and start it again on the same ports and data."""
-        self.kill()
-        self.start(timeout)
-
-    def stop(self) -> None:
-        """Kill the JVM and remove the folder."""
-        self.kill()
-        shutil.rmtree(self.dir, ignore_errors=True)
+    def ready(self) -> bool:
+        """The admin API lists the ``public/default`` namespace."""
+        with urllib.request.urlopen(f"{self.admin_url}/admin/v2/namespaces/public", timeout=2) as r:
+            return "public/default" in json.loads(r.read())
 
 
 def start_pulsar_sandbox(**kwargs: object) -> PulsarSandbox:
     """Start a sandbox broker (see :class:`PulsarSandbox`; ``kwargs`` go to its constructor)."""
-    box = PulsarSandbox(**kwargs)  # type: ignore[arg-type]
-    try:
-        return box.start()
-    except BaseException:
-        box.stop()
-        raise
+    return started(PulsarSandbox(**kwargs))  # type: ignore[arg-type]
 
 
 def read_messages(service_url: str, topic: str, partitions: int, timeout_ms: int = 30_000
