@@ -36,10 +36,6 @@ class KafkaSinkConfig(StreamSinkConfig):
                                         "is aborted after this long, or at once when the job restarts")
     commit_timeout_s: float = Field(default=30.0, gt=0, description="seconds one attempt to commit a "
                                     "batch's transaction may take")
-    commit_retries: int = Field(default=3, ge=0, description="attempts after the first when a commit "
-                                "fails because the brokers are unreachable (backoff doubles from "
-                                "`retry_backoff_s`)")
-    retry_backoff_s: float = Field(default=1.0, ge=0, description="the first pause between commit attempts")
     connect_timeout_s: float = Field(default=15.0, gt=0, description="seconds to wait for the brokers "
                                      "when the job starts")
 

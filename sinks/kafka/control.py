@@ -10,10 +10,8 @@
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
-from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
@@ -22,6 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from sinks.base import SinkError
 from sinks.kafka.config import KafkaSinkConfig
 from sinks.kafka.logs import CLIENT_LOGGING
+from sinks.stream.markers import CommitMarker, marker_value
 
 
 class KafkaUnreachable(SinkError):
@@ -104,26 +103,13 @@ def ensure_topics(admin: AdminClient, config: KafkaSinkConfig, topics: list[str]
                 topic=topic) from None
 
 
-@dataclass(frozen=True)
-class LastCommit:
-    """What the control topic records of a job's newest committed batch.
-
-    Attributes:
-        batch: its id (-1: none).
-        schema_versions: per table, the newest schema version whose change event is published.
-    """
-
-    batch: int = -1
-    schema_versions: dict[str, int] = field(default_factory=dict)
-
-
 def last_committed_batch(config: KafkaSinkConfig, job_id: str, timeout: float) -> int:
     """The newest batch id the control topic records for ``job_id`` (-1 when none); see
     :func:`last_commit`."""
     return last_commit(config, job_id, timeout).batch
 
 
-def last_commit(config: KafkaSinkConfig, job_id: str, timeout: float) -> LastCommit:
+def last_commit(config: KafkaSinkConfig, job_id: str, timeout: float) -> CommitMarker:
     """The control topic's record of ``job_id``'s newest committed batch.
 
     Reads the topic with ``isolation.level=read_committed`` from its start until every partition
@@ -141,7 +127,7 @@ def last_commit(config: KafkaSinkConfig, job_id: str, timeout: float) -> LastCom
         "enable.partition.eof": True, "auto.offset.reset": "earliest", **CLIENT_LOGGING,
         "fetch.wait.max.ms": 50,
     })
-    last = LastCommit()
+    last = CommitMarker()
     try:
         meta = consumer.list_topics(topic, timeout=timeout)
         partitions = sorted(meta.topics[topic].partitions) if topic in meta.topics else []
@@ -169,7 +155,7 @@ def last_commit(config: KafkaSinkConfig, job_id: str, timeout: float) -> LastCom
                     raise KafkaUnreachable(f"cannot read the control topic {topic!r}: {err.str()}",
                                            topic=topic)
                 continue
-            last = max(last, _marker(msg.key(), msg.value(), job_id), key=lambda c: c.batch)
+            last = max(last, CommitMarker.parse(msg.key(), msg.value(), job_id), key=lambda c: c.batch)
             if (msg.offset() or 0) + 1 >= ends.get(msg.partition() or 0, 0):
                 ends.pop(msg.partition() or 0, None)
     except KafkaException as exc:
@@ -218,17 +204,7 @@ _NOT_READY = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILAB
               KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION}
 
 
-def _marker(key: bytes | None, value: bytes | None, job_id: str) -> LastCommit:
-    if key is None or value is None or key.decode("utf-8", "replace") != job_id:
-        return LastCommit()
-    doc: dict[str, Any] = json.loads(value)
-    return LastCommit(int(doc["batch"]), {t: int(v) for t, v in doc.get("schema_versions", {}).items()})
-
-
 def marker(job_id: str, batch_id: int, messages: dict[str, int],
            schema_versions: dict[str, int] | None = None) -> tuple[bytes, bytes]:
-    """The control record of a batch: key = job id, value = JSON of the batch, its counts and
-    the schema versions published so far."""
-    value = json.dumps({"job": job_id, "batch": batch_id, "messages": messages,
-                        "schema_versions": schema_versions or {}}, sort_keys=True)
-    return job_id.encode(), value.encode()
+    """The control record of a batch: key = job id, value = :func:`~sinks.stream.markers.marker_value`."""
+    return job_id.encode(), marker_value(job_id, batch_id, messages, schema_versions)

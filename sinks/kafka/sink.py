@@ -55,9 +55,8 @@ from sinks.stream.batches import (
     batch_messages,
     change_context,
     clear_staging,
-    new_schema_changes,
-    remove_staged,
 )
+from sinks.stream.commit import Retry, StreamCommitter
 from sinks.stream.messages import Message, MessageTooLarge, StreamStageWriter
 
 log = logging.getLogger(__name__)
@@ -71,22 +70,20 @@ class KafkaCommitFailed(SinkError):
     """A batch could not be committed to Kafka after the configured retries."""
 
 
-class _Retry(Exception):
-    """An attempt failed in a way a new attempt (with a new producer) may fix."""
-
-
-class KafkaSink(Sink):
+class KafkaSink(StreamCommitter, Sink):
     """Debezium JSON in ``<topic_prefix>.<db>.<table>`` topics, one transaction per batch."""
 
     name: ClassVar[str] = "kafka"
     config_class: ClassVar[type[SinkConfig]] = KafkaSinkConfig
+    store: ClassVar[str] = "kafka"
+    unreachable: ClassVar[tuple[type[Exception], ...]] = (KafkaUnreachable,)
 
     def __init__(self, config: SinkConfig, job_id: str, spark: Any | None = None,
                  hooks: Hooks = NO_HOOKS) -> None:
         if not isinstance(config, KafkaSinkConfig):
             raise ConfigError(f"the kafka sink needs a KafkaSinkConfig, not {type(config).__name__}")
         super().__init__(config, job_id, spark, hooks)
-        self.kafka = config
+        self.kafka = self.stream = config
         self.staging = config.staging_root(job_id)
         # one per job and topic prefix: two Kafka sinks of one job (a fan-out to two prefixes or
         # clusters) must not fence each other; a restart of the job fences its old producer
@@ -110,7 +107,7 @@ class KafkaSink(Sink):
         clear_staging(self.staging)  # files of a crashed run: their batch will be staged again
         try:
             self._recover()
-        except _Retry as exc:
+        except Retry as exc:
             raise KafkaUnreachable(
                 f"cannot start the transactional producer at bootstrap_servers="
                 f"{self.kafka.bootstrap_servers} ({exc}): check `bootstrap_servers` and that the "
@@ -136,7 +133,7 @@ class KafkaSink(Sink):
             err = kafka_error(exc)
             if err is not None and err.fatal():
                 raise ProducerFenced(f"cannot start the transactional producer: {err.str()}") from None
-            raise _Retry(err.str() if err is not None else str(exc)) from None
+            raise Retry(err.str() if err is not None else str(exc)) from None
         self.producer = producer
         last = last_commit(self.kafka, self.job_id,
                            self.kafka.connect_timeout_s + self.kafka.transaction_timeout_ms / 1000)
@@ -160,55 +157,30 @@ class KafkaSink(Sink):
     # --- commit ----------------------------------------------------------------------------
 
     def commit(self, batch_id: int, tables: list[TableBatch]) -> list[Committed]:
-        ordered = sorted(tables, key=lambda b: b.schema.table_id)
-        delay = self.kafka.retry_backoff_s
-        last_error = ""
-        for attempt in range(self.kafka.commit_retries + 1):
-            try:
-                if self.producer is None or self.last_batch is None:
-                    self._recover()
-                assert self.last_batch is not None
-                if batch_id <= self.last_batch or not any(b.snapshot or b.changes for b in ordered):
-                    remove_staged(self.staging, ordered)
-                    return [Committed(str(b.schema.table_id), False, False) for b in ordered]
-                self._ensure_topics(b.schema.table_id for b in ordered)  # a table added mid-run
-                changes = self._new_schema_changes(ordered)
-                if changes:
-                    self._ensure_schema_changes_topic()
-                versions = {**self.schema_versions, **{str(c.schema.table_id): c.version for c in changes}}
-                counts = self._transaction(batch_id, ordered, changes, versions)
-                self.last_batch, self.schema_versions = batch_id, versions
-                remove_staged(self.staging, ordered)
-                log.info("kafka: batch %d committed (%s)", batch_id, counts)
-                return [Committed(str(b.schema.table_id), bool(b.snapshot), bool(b.changes)) for b in ordered]
-            except (_Retry, KafkaUnreachable) as exc:
-                last_error = str(exc)
-                self._drop_producer()
-                if attempt < self.kafka.commit_retries:
-                    log.warning("kafka: batch %d attempt %d failed (%s); retrying in %.1fs", batch_id,
-                                attempt + 1, last_error, delay)
-                    time.sleep(delay)
-                    delay *= 2
-            except BaseException:
-                self._drop_producer()  # an unknown state: the next commit starts afresh
-                raise
-        raise KafkaCommitFailed(
-            f"could not commit batch {batch_id} to Kafka at bootstrap_servers="
-            f"{self.kafka.bootstrap_servers} in {self.kafka.commit_retries + 1} attempts (last: "
-            f"{last_error}): check the brokers, then restart the job; the batch is replayed and "
-            f"lands exactly once", batch=batch_id)
+        return self.commit_batch(batch_id, tables)
 
-    def _new_schema_changes(self, tables: list[TableBatch]) -> list[SchemaChange]:
-        """The DDLs this batch is the first to publish (none when ``include_schema_changes`` is off)."""
-        if not self.kafka.include_schema_changes:
-            return []
-        return new_schema_changes(tables, self.schema_versions)
+    def _connected(self) -> bool:
+        return self.producer is not None and self.last_batch is not None
 
-    def _ensure_schema_changes_topic(self) -> None:
+    def _ensure_topics_of(self, tables: list[TableBatch], changes: list[SchemaChange]) -> None:
+        self._ensure_topics(b.schema.table_id for b in tables)  # a table added mid-run
         topic = self.kafka.schema_changes_topic()
-        if topic not in self.topics:
+        if changes and topic not in self.topics:
             ensure_topics(admin_client(self.kafka), self.kafka, [topic])
             self.topics.add(topic)
+
+    def _publish(self, batch_id: int, tables: list[TableBatch], changes: list[SchemaChange],
+                 versions: dict[str, int]) -> dict[str, int]:
+        return self._transaction(batch_id, tables, changes, versions)
+
+    def _drop(self) -> None:
+        self._drop_producer()
+
+    def _gave_up(self, batch_id: int, attempts: int, last_error: str) -> SinkError:
+        return KafkaCommitFailed(
+            f"could not commit batch {batch_id} to Kafka at bootstrap_servers="
+            f"{self.kafka.bootstrap_servers} in {attempts} attempts (last: {last_error}): check the "
+            f"brokers, then restart the job; the batch is replayed and lands exactly once", batch=batch_id)
 
     def _transaction(self, batch_id: int, tables: list[TableBatch], schema_changes: list[SchemaChange],
                      schema_versions: dict[str, int]) -> dict[str, int]:
@@ -246,7 +218,7 @@ class KafkaSink(Sink):
             left = _serve(producer.flush, self.kafka.commit_timeout_s)
             self._check(failures, batch_id)
             if left:
-                raise _Retry(f"{left} messages not acknowledged within {self.kafka.commit_timeout_s:g}s")
+                raise Retry(f"{left} messages not acknowledged within {self.kafka.commit_timeout_s:g}s")
             self.hooks.reached("sink_commit")  # crash tests: produced, not committed
             producer.commit_transaction(self.kafka.commit_timeout_s)
         except KafkaException as exc:
@@ -255,7 +227,7 @@ class KafkaSink(Sink):
                 raise ProducerFenced(
                     f"the producer of job {self.job_id} was fenced ({err.str()}): another run of the "
                     f"same job (checkpoint) is writing; stop one of them") from None
-            raise _Retry(err.str() if err is not None else str(exc)) from None
+            raise Retry(err.str() if err is not None else str(exc)) from None
         return counts
 
     def _messages(self, batch: TableBatch) -> Iterator[Message]:
@@ -284,7 +256,7 @@ class KafkaSink(Sink):
                 f"`max.request.size`)", topic=topic)
         if err.fatal():
             raise ProducerFenced(f"the producer of job {self.job_id} failed for good: {err.str()}")
-        raise _Retry(f"batch {batch_id}: delivery to {topic!r} failed: {err.str()}")
+        raise Retry(f"batch {batch_id}: delivery to {topic!r} failed: {err.str()}")
 
     def close(self) -> None:
         if self.producer is not None:

@@ -60,10 +60,6 @@ class PulsarSinkConfig(StreamSinkConfig):
                                       "producer")
     compression: Literal["none", "lz4", "zlib", "zstd", "snappy"] = Field(
         default="lz4", description="the producers' compression")
-    commit_retries: int = Field(default=3, ge=0, description="attempts after the first when a batch "
-                                "fails because the brokers are unreachable (backoff doubles from "
-                                "`retry_backoff_s`)")
-    retry_backoff_s: float = Field(default=1.0, ge=0, description="the first pause between commit attempts")
 
     @field_validator("service_url")
     @classmethod

@@ -10,22 +10,21 @@
   never fires (the sender decides where batches end); the control topic's does not batch.
 * :func:`partition_of`: a key's partition, the Java client's ``Murmur3_32Hash`` routing.
 * The control topic holds one marker per committed batch, keyed by the job id (compacted:
-  :func:`read_markers` reads the newest per job).
+  :func:`read_markers` reads the newest per job; :mod:`sinks.stream.markers`).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import mmh3
 import pulsar
 
 from sinks.pulsar.config import PulsarSinkConfig
+from sinks.stream.markers import CommitMarker
 
 SEQUENCE_BITS = 32  # a message's sequence id: (batch id << 32) | its index in its partition's batch
 GROUP_MESSAGES = 1000  # messages of one Pulsar batch at most (the client's default): part of the protocol
@@ -126,26 +125,7 @@ def _close(client: pulsar.Client) -> None:
         logging.getLogger(__name__).debug("closing the Pulsar client failed", exc_info=True)
 
 
-@dataclass(frozen=True)
-class Marker:
-    """What the control topic records of a job's newest committed batch.
-
-    Attributes:
-        batch: its id (-1: none).
-        schema_versions: per table, the newest schema version whose change event is published.
-    """
-
-    batch: int = -1
-    schema_versions: dict[str, int] = field(default_factory=dict)
-
-
-def marker_value(job_id: str, batch_id: int, messages: dict[str, int], schema_versions: dict[str, int]) -> bytes:
-    """The control message of a batch (key: the job id)."""
-    return json.dumps({"job": job_id, "batch": batch_id, "messages": messages,
-                       "schema_versions": schema_versions}, sort_keys=True).encode()
-
-
-def read_markers(client: pulsar.Client, topic: str, job_id: str, timeout_ms: int) -> Marker:
+def read_markers(client: pulsar.Client, topic: str, job_id: str, timeout_ms: int) -> CommitMarker:
     """The newest marker of ``job_id`` on the control topic (compacted view, then its tail).
 
     Raises:
@@ -153,15 +133,11 @@ def read_markers(client: pulsar.Client, topic: str, job_id: str, timeout_ms: int
     """
     reader = client.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True,
                                   reader_name=f"spark-cdc-control-{job_id}"[:100])
-    last = Marker()
+    last = CommitMarker()
     try:
         while reader.has_message_available():
             msg = reader.read_next(timeout_ms)
-            if msg.partition_key() != job_id or not msg.data():
-                continue
-            doc: dict[str, Any] = json.loads(msg.data())
-            if int(doc["batch"]) > last.batch:
-                last = Marker(int(doc["batch"]), {t: int(v) for t, v in doc.get("schema_versions", {}).items()})
+            last = max(last, CommitMarker.parse(msg.partition_key(), msg.data(), job_id), key=lambda m: m.batch)
     finally:
         reader.close()
     return last

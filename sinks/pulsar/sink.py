@@ -35,16 +35,16 @@ from cdc.model.schema import TableId, TableSchema
 from sinks.base import Committed, Sink, SinkError, SinkWriter, TableBatch
 from sinks.pulsar.admin import PulsarAdmin, PulsarUnreachable
 from sinks.pulsar.config import PulsarSinkConfig
-from sinks.pulsar.producers import Marker, Producers, marker_value, partition_topics, read_markers
+from sinks.pulsar.producers import Producers, partition_topics, read_markers
 from sinks.pulsar.sender import BatchSender
 from sinks.stream.batches import (
     batch_context,
     batch_messages,
     change_context,
     clear_staging,
-    new_schema_changes,
-    remove_staged,
 )
+from sinks.stream.commit import Retry, StreamCommitter
+from sinks.stream.markers import CommitMarker, marker_value
 from sinks.stream.messages import Message, StreamStageWriter
 
 log = logging.getLogger(__name__)
@@ -64,22 +64,20 @@ class PulsarCommitFailed(SinkError):
     """A batch could not be committed to Pulsar after the configured retries."""
 
 
-class _Retry(Exception):
-    """An attempt failed in a way a new attempt (with a new client) may fix."""
-
-
-class PulsarSink(Sink):
+class PulsarSink(StreamCommitter, Sink):
     """Debezium JSON in ``persistent://<tenant>/<namespace>/<topic_prefix>.<db>.<table>`` topics."""
 
     name: ClassVar[str] = "pulsar"
     config_class: ClassVar[type[SinkConfig]] = PulsarSinkConfig
+    store: ClassVar[str] = "pulsar"
+    unreachable: ClassVar[tuple[type[Exception], ...]] = (PulsarUnreachable,)
 
     def __init__(self, config: SinkConfig, job_id: str, spark: Any | None = None,
                  hooks: Hooks = NO_HOOKS) -> None:
         if not isinstance(config, PulsarSinkConfig):
             raise ConfigError(f"the pulsar sink needs a PulsarSinkConfig, not {type(config).__name__}")
         super().__init__(config, job_id, spark, hooks)
-        self.pulsar = config
+        self.pulsar = self.stream = config
         self.staging = config.staging_root(job_id)
         self.producer_name = f"spark-cdc-{job_id}"
         self.run_id = new_run_id()  # Debezium's runId: one per start of the job
@@ -103,7 +101,7 @@ class PulsarSink(Sink):
         clear_staging(self.staging)  # files of a crashed run: their batch will be staged again
         try:
             self._recover()
-        except _Retry as exc:
+        except Retry as exc:
             raise PulsarUnreachable(
                 f"cannot start the job's producers at service_url={self.pulsar.service_url} ({exc}): "
                 f"check `service_url`, the network and the TLS and token settings",
@@ -139,13 +137,13 @@ class PulsarSink(Sink):
             raise self._busy(str(exc)) from None
         except pulsar.PulsarException as exc:
             producers.close()
-            raise _Retry(str(exc)) from None
+            raise Retry(str(exc)) from None
         known = marker_producer.last_sequence_id()
         if known > marker.batch:  # the marker's content was lost (retention); its batch id was not
             log.warning("pulsar: the control topic lacks job %s's marker of batch %d (the brokers' "
                         "deduplication state has it): the schema change events published so far are "
                         "not known, a DDL may be published again", self.job_id, known)
-            marker = Marker(known, marker.schema_versions)
+            marker = CommitMarker(known, marker.schema_versions)
         self.producers = producers
         self.last_batch, self.schema_versions = marker.batch, dict(marker.schema_versions)
 
@@ -171,59 +169,35 @@ class PulsarSink(Sink):
     # --- commit ----------------------------------------------------------------------------
 
     def commit(self, batch_id: int, tables: list[TableBatch]) -> list[Committed]:
-        ordered = sorted(tables, key=lambda b: b.schema.table_id)
-        delay = self.pulsar.retry_backoff_s
-        last_error = ""
-        for attempt in range(self.pulsar.commit_retries + 1):
-            try:
-                if self.producers is None or self.last_batch is None:
-                    self._recover()
-                assert self.last_batch is not None
-                if batch_id <= self.last_batch or not any(b.snapshot or b.changes for b in ordered):
-                    remove_staged(self.staging, ordered)
-                    return [Committed(str(b.schema.table_id), False, False) for b in ordered]
-                self._ensure_topics(self.pulsar.topic(b.schema.table_id) for b in ordered)  # a table added mid-run
-                changes = self._new_schema_changes(ordered)
-                if changes:
-                    self._ensure_topics([self.pulsar.schema_changes_topic()])
-                versions = {**self.schema_versions, **{str(c.schema.table_id): c.version for c in changes}}
-                counts = self._publish(batch_id, ordered, changes, versions)
-                self.last_batch, self.schema_versions = batch_id, versions
-                remove_staged(self.staging, ordered)
-                log.info("pulsar: batch %d committed (%s)", batch_id, counts)
-                return [Committed(str(b.schema.table_id), bool(b.snapshot), bool(b.changes)) for b in ordered]
-            except (_Retry, PulsarUnreachable) as exc:
-                last_error = str(exc)
-                self._drop_producers()
-                if attempt < self.pulsar.commit_retries:
-                    log.warning("pulsar: batch %d attempt %d failed (%s); retrying in %.1fs", batch_id,
-                                attempt + 1, last_error, delay)
-                    time.sleep(delay)
-                    delay *= 2
-            except BaseException:
-                self._drop_producers()  # an unknown state: the next commit starts afresh
-                raise
-        raise PulsarCommitFailed(
+        return self.commit_batch(batch_id, tables)
+
+    def _connected(self) -> bool:
+        return self.producers is not None and self.last_batch is not None
+
+    def _ensure_topics_of(self, tables: list[TableBatch], changes: list[SchemaChange]) -> None:
+        self._ensure_topics(self.pulsar.topic(b.schema.table_id) for b in tables)  # a table added mid-run
+        if changes:
+            self._ensure_topics([self.pulsar.schema_changes_topic()])
+
+    def _drop(self) -> None:
+        self._drop_producers()
+
+    def _gave_up(self, batch_id: int, attempts: int, last_error: str) -> SinkError:
+        return PulsarCommitFailed(
             f"could not commit batch {batch_id} to Pulsar at service_url={self.pulsar.service_url} in "
-            f"{self.pulsar.commit_retries + 1} attempts (last: {last_error}): check the brokers, then "
-            f"restart the job; the batch is sent again and each message lands once", batch=batch_id)
+            f"{attempts} attempts (last: {last_error}): check the brokers, then restart the job; the "
+            f"batch is sent again and each message lands once", batch=batch_id)
 
-    def _new_schema_changes(self, tables: list[TableBatch]) -> list[SchemaChange]:
-        """The DDLs this batch is the first to publish (none when ``include_schema_changes`` is off)."""
-        if not self.pulsar.include_schema_changes:
-            return []
-        return new_schema_changes(tables, self.schema_versions)
-
-    def _publish(self, batch_id: int, tables: list[TableBatch], schema_changes: list[SchemaChange],
-                 schema_versions: dict[str, int]) -> dict[str, int]:
+    def _publish(self, batch_id: int, tables: list[TableBatch], changes: list[SchemaChange],
+                 versions: dict[str, int]) -> dict[str, int]:
         """Send one batch's schema change events and messages, then its marker (each message once:
         what a producer's broker already persisted is skipped)."""
         producers = self.producers
         assert producers is not None
         sender = BatchSender(producers, batch_id, self.partitions)
         try:
-            if schema_changes:  # before the rows written under them
-                sender.send_all(self.pulsar.schema_changes_topic(), [self._schema_change(c) for c in schema_changes])
+            if changes:  # before the rows written under them
+                sender.send_all(self.pulsar.schema_changes_topic(), [self._schema_change(c) for c in changes])
             counts: dict[str, int] = {}
             for i, batch in enumerate(tables):
                 topic = self.pulsar.topic(batch.schema.table_id)
@@ -235,13 +209,13 @@ class PulsarSink(Sink):
             producers.flush()
             sender.check()
             self.hooks.reached("sink_commit")  # crash tests: every message sent, the marker not
-            self._send_marker(producers, batch_id, counts, schema_versions)
+            self._send_marker(producers, batch_id, counts, versions)
         except pulsar.ProducerBusy as exc:
             raise self._busy(str(exc)) from None
         except pulsar.ProducerFenced:
             raise self._fenced() from None
         except pulsar.PulsarException as exc:
-            raise _Retry(f"{type(exc).__name__}: {exc}") from None
+            raise Retry(f"{type(exc).__name__}: {exc}") from None
         return counts
 
     def _schema_change(self, change: SchemaChange) -> Message:

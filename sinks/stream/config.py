@@ -69,6 +69,10 @@ class StreamSinkConfig(SinkConfig):
                                    "`__debezium.context.connectorName` (`mysql`, `mariadb`, `postgresql`) and "
                                    "`__debezium.context.runId` (drawn at each start of the job); `false` leaves "
                                    "them out")
+    commit_retries: int = Field(default=3, ge=0, description="attempts after the first when a batch's commit "
+                                "fails because the brokers are unreachable (backoff doubles from "
+                                "`retry_backoff_s`)")
+    retry_backoff_s: float = Field(default=1.0, ge=0, description="the first pause between commit attempts")
 
     @field_validator("topic_prefix")
     @classmethod
