@@ -59,10 +59,9 @@ import pyarrow as pa
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from pipeline_bench import apply_burst, load, top_functions
-from stream_bench import TARGET_RATIO, CommitTimer, Line, parse_args, run_bench
+from stream_bench import TARGET_RATIO, CommitTimer, Line, job_config, parse_args, run_bench
 from tpcds import CustomerTable
 
-from cdc.app.config import parse_config
 from cdc.app.runner import JobRunner
 from cdc.app.sandbox.kafka import KafkaSandbox, start_kafka_sandbox
 from cdc.model.config import JobConfig
@@ -185,16 +184,7 @@ class Bench:
         self.timer = CommitTimer(KafkaSink, args.profile)
 
     def job_config(self) -> JobConfig:
-        c, t, a = self.table.box.cdc, self.table, self.args
-        return parse_config({
-            "source": {"hostname": c.host, "port": c.port, "username": c.user, "password": c.password,
-                       "tables": [f"{t.database}\\.{t.table}"], "chunk_size": a.chunk_size,
-                       "chunks_per_batch": a.chunks_per_batch, "server_id": "5430-5439"},
-            "sink": {"type": "kafka", "bootstrap_servers": self.broker.bootstrap_servers, "topic_prefix": "bench",
-                     "partitions": a.partitions, "schemas_enable": not a.no_schemas,
-                     "staging_path": str(self.work / "staging")},
-            "checkpoint": str(self.work / "checkpoint"), "parallelism": a.parallelism,
-        }, warn_plain_password=False)
+        return job_config(self.table, self.args, self.work, {"type": "kafka", "bootstrap_servers": self.broker.bootstrap_servers}, "5430-5439")
 
     @property
     def topic(self) -> str:

@@ -45,10 +45,9 @@ import pulsar
 import pyarrow as pa
 import pyarrow.ipc
 from pipeline_bench import apply_burst, load, top_functions
-from stream_bench import TARGET_RATIO, CommitTimer, Line, parse_args, run_bench
+from stream_bench import TARGET_RATIO, CommitTimer, Line, job_config, parse_args, run_bench
 from tpcds import CustomerTable
 
-from cdc.app.config import parse_config
 from cdc.app.runner import JobRunner
 from cdc.app.sandbox.pulsar import PulsarSandbox, start_pulsar_sandbox
 from cdc.model.config import JobConfig
@@ -191,16 +190,8 @@ class Bench:
         self.consumed = 0
 
     def job_config(self) -> JobConfig:
-        c, t, a = self.table.box.cdc, self.table, self.args
-        return parse_config({
-            "source": {"hostname": c.host, "port": c.port, "username": c.user, "password": c.password,
-                       "tables": [f"{t.database}\\.{t.table}"], "chunk_size": a.chunk_size,
-                       "chunks_per_batch": a.chunks_per_batch, "server_id": "5440-5449"},
-            "sink": {"type": "pulsar", "service_url": self.broker.service_url, "admin_url": self.broker.admin_url,
-                     "topic_prefix": "bench", "partitions": a.partitions, "schemas_enable": not a.no_schemas,
-                     "staging_path": str(self.work / "staging")},
-            "checkpoint": str(self.work / "checkpoint"), "parallelism": a.parallelism,
-        }, warn_plain_password=False)
+        return job_config(self.table, self.args, self.work, {"type": "pulsar", "service_url": self.broker.service_url,
+                                                                "admin_url": self.broker.admin_url}, "5440-5449")
 
     @property
     def topic(self) -> str:

@@ -24,7 +24,8 @@ from typing import Any, Protocol
 from pipeline_bench import RunStart
 from tpcds import CustomerTable, customer_rows, customer_sandbox
 
-from cdc.model.config import DEFAULT_CHUNK_SIZE
+from cdc.app.config import parse_config
+from cdc.model.config import DEFAULT_CHUNK_SIZE, JobConfig
 
 RESULTS = Path(__file__).with_name("results")
 TARGET_RATIO = 0.5
@@ -102,6 +103,21 @@ def parse_args(doc: str | None, argv: list[str] | None = None,
     if args.quick:
         args.burst = min(args.burst, 20_000)
     return args
+
+
+def job_config(table: CustomerTable, args: argparse.Namespace, work: Path, sink: dict[str, Any],
+               server_ids: str) -> JobConfig:
+    """The benchmarked job: the customer table, ``args``' chunking, into ``sink`` (a store's
+    connection keys) with the shared topic prefix, partitions, encoding and staging folder."""
+    c = table.box.cdc
+    return parse_config({
+        "source": {"hostname": c.host, "port": c.port, "username": c.user, "password": c.password,
+                   "tables": [f"{table.database}\\.{table.table}"], "chunk_size": args.chunk_size,
+                   "chunks_per_batch": args.chunks_per_batch, "server_id": server_ids},
+        "sink": {**sink, "topic_prefix": "bench", "partitions": args.partitions, "schemas_enable": not args.no_schemas,
+                 "staging_path": str(work / "staging")},
+        "checkpoint": str(work / "checkpoint"), "parallelism": args.parallelism,
+    }, warn_plain_password=False)
 
 
 class StoreBench(Protocol):

@@ -29,7 +29,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -290,7 +290,6 @@ def _check_lake(box: DemoServer, spark: Any, config: JobConfig, workdir: Path, s
 def _check_kafka(box: DemoServer, config: JobConfig, workdir: Path, started: float) -> int:
     """Read the topics back (read_committed), print counts and a few messages, check each key."""
     from cdc.app.sandbox.kafka import read_committed
-    from cdc.model.debezium.codec import decode_key, decode_value
     from cdc.model.schema import TableId
 
     kafka = next(s for s in config.sink if isinstance(s, KafkaSinkConfig))
@@ -298,24 +297,39 @@ def _check_kafka(box: DemoServer, config: JobConfig, workdir: Path, started: flo
     _step(f"reading the topics back at {kafka.bootstrap_servers} with a plain consumer "
           "(isolation.level=read_committed)")
     messages = read_committed(kafka.bootstrap_servers, topic)
+    ops, latest = _tally((f"{topic} partition {m.partition()} offset {m.offset()}", m.key(), m.value())
+                         for m in messages)
+    markers = read_committed(kafka.bootstrap_servers, kafka.commits_topic())
+    print(f"    {topic}: {len(messages)} messages ({', '.join(f'{k} {v}' for k, v in sorted(ops.items()))})")
+    print(f"    {kafka.commits_topic()}: {len(markers)} batch markers (one per committed transaction)",
+          flush=True)
+    return _topic_verdict(box, latest, workdir, started)
+
+
+def _tally(messages: Iterable[tuple[str, bytes | None, bytes | None]]) -> tuple[dict[str, int], dict[int, Any]]:
+    """Messages ``(where, key, value)`` of the customer topic: each op's count (tombstones too)
+    and the newest record per key; prints the changed keys' messages with ``where``."""
+    from cdc.model.debezium.codec import decode_key, decode_value
+
     ops: dict[str, int] = {}
     latest: dict[int, Any] = {}
     shown = set(UPDATED[:1] + DELETED[:1] + INSERTED[:1])
-    for m in messages:
-        key = decode_key(m.key())
-        record = decode_value(m.value())
+    for where, key_bytes, value in messages:
+        key = decode_key(key_bytes)
+        record = decode_value(value)
         op = "tombstone" if record is None else record.op
         ops[op] = ops.get(op, 0) + 1
         sk = int((key or {})["c_customer_sk"])
         latest[sk] = record
         if sk in shown and record is not None:
             email = (record.after or record.before or {}).get("c_email_address")
-            print(f"    {topic} partition {m.partition()} offset {m.offset()}: key {key} op {record.op}"
+            print(f"    {where}: key {key} op {record.op}"
                   + (f" c_email_address {email.strip()!r}" if email is not None else ""))
-    markers = read_committed(kafka.bootstrap_servers, kafka.commits_topic())
-    print(f"    {topic}: {len(messages)} messages ({', '.join(f'{k} {v}' for k, v in sorted(ops.items()))})")
-    print(f"    {kafka.commits_topic()}: {len(markers)} batch markers (one per committed transaction)",
-          flush=True)
+    return ops, latest
+
+
+def _topic_verdict(box: DemoServer, latest: dict[int, Any], workdir: Path, started: float) -> int:
+    """The demo's end for a stream store: the newest message per key against the source."""
     if _report_problems(box, latest):
         return 1
     _step(f"the newest message of every key equals the source ({source_count(box)} rows), deletes end "
@@ -341,31 +355,13 @@ def _report_problems(box: DemoServer, latest: dict[int, Any]) -> bool:
 def _check_pulsar(box: DemoServer, config: JobConfig, workdir: Path, started: float) -> int:
     """Read the topic back with a plain reader, print counts and a few messages, check each key."""
     from cdc.app.sandbox.pulsar import read_messages
-    from cdc.model.debezium.codec import decode_key, decode_value
     from cdc.model.schema import TableId
 
     pulsar = next(s for s in config.sink if isinstance(s, PulsarSinkConfig))
     topic = pulsar.topic(TableId(DATABASE, "customer"))
     _step(f"reading {topic} back at {pulsar.service_url} with a plain reader (each partition from its start)")
-    ops: dict[str, int] = {}
-    latest: dict[int, Any] = {}
-    shown = set(UPDATED[:1] + DELETED[:1] + INSERTED[:1])
     messages = read_messages(pulsar.service_url, topic, pulsar.partitions)
-    for partition, key_text, value, _ in messages:
-        key = decode_key(key_text)
-        record = decode_value(value)
-        op = "tombstone" if record is None else record.op
-        ops[op] = ops.get(op, 0) + 1
-        sk = int((key or {})["c_customer_sk"])
-        latest[sk] = record
-        if sk in shown and record is not None:
-            email = (record.after or record.before or {}).get("c_email_address")
-            print(f"    partition {partition}: key {key} op {record.op}"
-                  + (f" c_email_address {email.strip()!r}" if email is not None else ""))
+    ops, latest = _tally((f"partition {partition}", key, value) for partition, key, value, _ in messages)
     print(f"    {topic}: {len(messages)} messages ({', '.join(f'{k} {v}' for k, v in sorted(ops.items()))})",
           flush=True)
-    if _report_problems(box, latest):
-        return 1
-    _step(f"the newest message of every key equals the source ({source_count(box)} rows), deletes end "
-          f"in tombstones; done in {time.monotonic() - started:.1f}s. Checkpoint: {workdir}")
-    return 0
+    return _topic_verdict(box, latest, workdir, started)
