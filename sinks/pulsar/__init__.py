@@ -1,1 +1,1 @@
-"""The Pulsar sink: Debezium JSON change events in Pulsar topics, exactly once (docs/pulsar.md)."""
+"""The Pulsar sink: Debezium JSON change events in Pulsar topics, exactly once (docs/sinks/pulsar.md)."""

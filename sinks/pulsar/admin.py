@@ -3,7 +3,7 @@
 The native client (``pulsar-client``) produces and reads but has no admin calls, so the sink uses
 a few REST calls (stdlib ``urllib``; token and TLS as the client's): how many partitions a topic
 has, creating a partitioned topic, whether broker-side deduplication applies to a topic (the
-sink's exactly-once protocol needs it, docs/pulsar.md), and a compaction threshold on the
+sink's exactly-once protocol needs it, docs/sinks/pulsar.md), and a compaction threshold on the
 control topic; for ``follow-topic``, each partition's last message id. Errors name ``admin_url``
 and never print the token.
 """

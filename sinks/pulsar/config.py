@@ -22,7 +22,7 @@ _NAME = re.compile(r"^[a-zA-Z0-9_.-]+$")
 
 class PulsarSinkConfig(StreamSinkConfig):
     """``sink:`` for Pulsar: topics ``persistent://<tenant>/<namespace>/<topic_prefix>.<db>.<table>``,
-    each change once per batch through broker-side deduplication (docs/pulsar.md)."""
+    each change once per batch through broker-side deduplication (docs/sinks/pulsar.md)."""
 
     type: Literal["pulsar"] = Field(default="pulsar", description="the sink kind: `pulsar`")
     service_url: str = Field(description="the brokers' binary protocol URL, `pulsar://host:6650` "

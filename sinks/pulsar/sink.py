@@ -12,7 +12,7 @@ of the batch, in Pulsar batches cut as a function of the messages alone
 Broker-side deduplication keeps, per producer name and partition, the sequence id of the last
 batch it persisted and drops anything at or below it, and a producer learns that id when it
 connects: so a batch sent again after any crash (the driver's, or a broker's restart mid-batch)
-adds exactly the messages that were missing, in their order. docs/pulsar.md states the protocol
+adds exactly the messages that were missing, in their order. docs/sinks/pulsar.md states the protocol
 and each crash point.
 """
 
