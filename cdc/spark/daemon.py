@@ -78,8 +78,10 @@ def preload(modules: tuple[str, ...] = PRELOAD, job: str | None = None) -> list[
         extra = tuple(m for m in job.split(",") if m)
     else:
         from binlog.registry import DIALECT_NAMES, dialect_module
+        from sinks.registry import SINK_NAMES, sink_module
 
-        extra = ("sinks.registry", *(dialect_module(name) for name in DIALECT_NAMES))
+        extra = (*(dialect_module(name) for name in DIALECT_NAMES),
+                 *(sink_module(name) for name in SINK_NAMES))
     failed = []
     for name in (*modules, *extra):
         try:
