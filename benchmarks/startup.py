@@ -63,7 +63,7 @@ def timed_run(tree: Path, env: dict[str, str]) -> float:
                           cwd=tree, env=env, capture_output=True, text=True)
     elapsed = time.monotonic() - started
     if done.returncode:
-        raise RuntimeError(f"run --once in {tree} failed: {done.stderr[-2000:]}")
+        raise RuntimeError(f"run --once in {tree} failed: {done.stderr[-8000:]}")
     return elapsed
 
 

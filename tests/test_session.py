@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -36,15 +37,20 @@ def test_only_a_delta_spark_mirror_keeps_the_jvm_defaults() -> None:
                               {"type": "delta", "path": "./lake", "engine": "delta-spark"}))
 
 
+CATALOG = "the job's catalog"
+
+
 @pytest.mark.parametrize("light, catalog", [(True, True), (False, True), (True, False)])
 def test_the_light_jvm_options_reach_the_driver_jvm(light: bool, catalog: bool, tmp_path: Any) -> None:
     """The options go through spark-submit's launch of the JVM, not only into the conf, and they
     share the setting with the catalog's Derby properties (a job's session has both); the light
-    JVM's SQL runs interpreted (Janino compiles nothing for a query)."""
-    where = repr(str(tmp_path / "catalog")) if catalog else None
+    JVM's SQL runs interpreted (Janino compiles nothing for a query). The catalog's folder has a
+    space and a quote in its name: each option stays one argument of the JVM."""
+    where = repr(str(tmp_path / CATALOG)) if catalog else None
     code = ("from cdc.spark.session import local_session\n"
             f"s = local_session('t', parallelism=1, light_jvm={light}, catalog_dir={where})\n"
-            "print(' '.join(s._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments()))\n"
+            "import json\n"
+            "print(json.dumps(list(s._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())))\n"
             "codegen = s._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()\n"
             "before = codegen.getCount()\n"
             "s.range(3).selectExpr('id * 2 AS x').where('x > 1').collect()\n"
@@ -54,12 +60,12 @@ def test_the_light_jvm_options_reach_the_driver_jvm(light: bool, catalog: bool, 
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     jvm, compiled = out.stdout.splitlines()[-2:]
-    args = jvm.split()
+    args = json.loads(jvm)
     assert all(flag in args for flag in LIGHT_JVM_OPTIONS.split()) == light, args
     assert (int(compiled) == 0) == light, compiled  # Janino compiles the query's code in the default JVM only
     if jvm_archive() is not None:  # `make setup` built it: every local session's JVM maps it
         assert f"-XX:SharedArchiveFile={jvm_archive()}" in args, args
-    assert (f"-Dderby.system.home={tmp_path / 'catalog'}" in args) == catalog, args
+    assert (f"-Dderby.system.home={tmp_path / CATALOG}" in args) == catalog, args
 
 
 def test_a_catalog_session_leaves_nothing_in_the_jvms_temp_folder(tmp_path: Path) -> None:

@@ -111,8 +111,17 @@ def catalog_conf(directory: str | Path) -> dict[str, str]:
         "spark.hadoop.datanucleus.schema.autoCreateAll": "true",
         "spark.hadoop.hive.metastore.schema.verification": "false",
         OWN_CATALOG: str(path),
-        JAVA_OPTIONS: f"-Dderby.system.home={path} -Dderby.stream.error.file={path / 'derby.log'}",
+        JAVA_OPTIONS: " ".join(java_option(f"-D{key}={value}") for key, value in
+                               (("derby.system.home", path), ("derby.stream.error.file", path / "derby.log"))),
     }
+
+
+def java_option(option: str) -> str:
+    """``option`` as one word of ``spark.driver.extraJavaOptions``, which Spark's launcher splits at
+    spaces outside quotes: a checkpoint folder with a space in its name stays one option."""
+    if not any(c.isspace() or c in "\"'\\" for c in option):
+        return option
+    return '"' + option.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 # The job's driver JVM only orchestrates: the tasks' Python processes read the source and write
@@ -164,7 +173,7 @@ def jvm_options(light: bool, prefix: str | Path = sys.prefix) -> str:
                     "with a catalog took 15-16 s instead of 9-10 s). For a local run, pass Spark settings as "
                     "-Dspark.<name>=<value> in SPARK_SUBMIT_OPTS and unset SPARK_CONF_DIR",
                     os.environ["SPARK_CONF_DIR"], archive)
-    mapped = f"-XX:SharedArchiveFile={archive} -Xlog:cds=off,cds+dynamic=off" if archive is not None else ""
+    mapped = f"{java_option(f'-XX:SharedArchiveFile={archive}')} -Xlog:cds=off,cds+dynamic=off" if archive is not None else ""
     return " ".join(o for o in (LIGHT_JVM_OPTIONS if light else "", mapped) if o)
 
 
