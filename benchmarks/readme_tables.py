@@ -289,6 +289,34 @@ def maintenance_table(files: list[tuple[str, str]]) -> list[str]:
     return str(_load(f)["markdown"]).strip().splitlines()
 
 
+def startup_table(files: list[tuple[str, str]]) -> list[str]:
+    """A no-op ``run --once`` of this tree and a baseline revision (``startup.py`` runs), a line per tree."""
+    out = ["| run | tree | snapshot | nothing to do: median (runs) | load at start / end |",
+           "| --- | --- | --- | --- | --- |"]
+    for label, f in files:
+        run = _load(f)
+        for tree, r in run["trees"].items():
+            runs = ", ".join(f"{x:.1f}" for x in r["noop_s"])
+            out.append(f"| `{label}` ({run['rows']:,} rows) | {tree} | {r['snapshot_s']:.1f} s "
+                       f"| {r['noop_median_s']:.2f} s ({runs}) | {run['load_start']:.1f} / {run['load_end']:.1f} |")
+    return out
+
+
+def pgoutput_table(files: list[tuple[str, str]]) -> list[str]:
+    """pgoutput's modes decoded by the server alone (``pgoutput_modes.py`` runs), a line per workload."""
+    out = ["| run | workload | text (the job's mode) | `binary 'true'` | `streaming 'on'` (protocol 2) | load |",
+           "| --- | --- | --- | --- | --- | --- |"]
+    for label, f in files:
+        run = _load(f)
+        for workload, w in run["workloads"].items():
+            m = w["modes"]
+            text = f"{m['text']['seconds']:.2f} s, {m['text']['bytes'] / 1e6:.1f} MB"
+            other = " | ".join(f"{m[mode]['vs_text']:.2f}x text, {m[mode]['bytes'] / 1e6:.1f} MB"
+                               for mode in ("binary", "streaming"))
+            out.append(f"| `{label}` ({run['rows']:,} updates) | {workload} | {text} | {other} | {w['load']:.1f} |")
+    return out
+
+
 GOAL_RUNS = {"mysql": "MariaDB", "postgres": "PostgreSQL", "peers": "the peers",
              "peers postgres": "the PostgreSQL peers",
              "mysql 2M": "MariaDB's 2M-update backlog", "postgres 2M": "PostgreSQL's 2M-update backlog"}
@@ -341,6 +369,8 @@ TABLES: dict[str, tuple[Callable[[list[tuple[str, str]]], list[str]], list[tuple
                                                     ("before it", "mirror_merges-2026-11-28-12000000-7ac1dd3.json")],
                               "docs/performance/index.md"),
     "maintenance-current": (maintenance_table, [("newest", "maintenance-2026-11-26.json")], "docs/performance/index.md"),
+    "startup-current": (startup_table, [("newest", "startup-2026-12-07.json")], "docs/performance/index.md"),
+    "pgoutput-current": (pgoutput_table, [("newest", "pgoutput-modes-2026-12-07.json")], "docs/performance/index.md"),
     "tpcds": (tpcds_table, [("make bench-quick", "tpcds_customer-2026-12-03-sf10-quick.json"),
                             ("make bench-quick at 3f149bf", "tpcds_customer-2026-11-28-sf10-quick.json"),
                             ("--scale 10 --quick", "tpcds_customer-2026-11-28-sf10-quick-ff3a456.json"),
