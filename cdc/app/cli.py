@@ -220,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run a job: snapshot, then the change log, into the sinks",
                        description="Run a job: a snapshot of the captured tables, then their change log "
                                    "(MySQL/MariaDB binlog, PostgreSQL WAL through pgoutput), into each sink "
-                                   "(Delta Lake, Kafka, Pulsar), exactly once. Resumes from its checkpoint.")
+                                   "(Delta Lake, Kafka, Pulsar, Pravega), exactly once. Resumes from its checkpoint.")
     p.add_argument("--config", required=True, help="the job's YAML file")
     p.add_argument("--once", action="store_true",
                    help="write everything available now, then exit (else run until SIGINT/SIGTERM)")
@@ -239,7 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("validate", help="check a job file without running it",
                        description="Check a job file (its source: MySQL, MariaDB or PostgreSQL; its sinks: "
-                                   "Delta, Kafka, Pulsar) without running it; with --check-connection, also connect to "
+                                   "Delta, Kafka, Pulsar, Pravega) without running it; with --check-connection, also connect to "
                                    "the source and list its grants, log settings, retention and tables, each "
                                    "missing prerequisite with the statement that fixes it.")
     p.add_argument("--config", required=True, help="the job's YAML file")
