@@ -96,6 +96,7 @@ def _opened(config: PravegaSinkConfig, faults: FileFaults) -> PravegaSink:
     return sink
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("passes, committed_before_crash", [(2, 1), (3, 2)],
                          ids=["one-of-two-streams-committed", "both-committed-batch-not-recorded"])
 def test_a_batch_interrupted_between_its_stream_commits_lands_once(

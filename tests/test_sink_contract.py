@@ -235,7 +235,7 @@ SINK_KINDS = {
     "delta-spark": dataclasses.replace(_delta("async", "delta-spark"), examples=6),
     "kafka": dataclasses.replace(_kafka(), examples=10),  # each read-back polls the broker
     "pulsar": dataclasses.replace(_pulsar(), examples=5),  # each open creates producers, reads the control topic
-    "pravega": dataclasses.replace(_pravega(), examples=3),  # each read-back waits out the reader's idle slices
+    "pravega": dataclasses.replace(_pravega(), examples=2),  # each read-back waits out the reader's idle slice (~1 s)
 }
 
 

@@ -103,7 +103,7 @@ def start_pravega_sandbox(**kwargs: object) -> PravegaSandbox:
     return started(PravegaSandbox(**kwargs))  # type: ignore[arg-type]
 
 
-def read_events(controller_uri: str, scope: str, stream: str, idle_slices: int = 2) -> list[bytes]:
+def read_events(controller_uri: str, scope: str, stream: str, idle_slices: int = 1) -> list[bytes]:
     """Every event of ``stream`` by a reader group of its own from the stream's head (the demo's
     and the tests' read-back): events of one segment in order. The reader hands out an empty slice
     after about a second without data; ``idle_slices`` of them in a row end the read."""
