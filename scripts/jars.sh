@@ -4,6 +4,7 @@
 #                (jars pyspark already ships are dropped: pyspark's copies win);
 #   jars/kafka/  Apache Kafka's broker (KRaft), for `python -m cdc sandbox kafka` and the tests;
 #   jars/pulsar/ Apache Pulsar's standalone broker, for `python -m cdc sandbox pulsar` and the tests;
+#   jars/pravega/ Pravega's standalone server, for `python -m cdc sandbox pravega` and the tests;
 #   jars/debezium/  Debezium 3.5's embedded engine and connectors, and the harnesses compiled from
 #                jvm/debezium/src (tests/test_debezium_differential.py, benchmarks/kafka_bench.py).
 # Skips a folder whose pom (and sources) have not changed since it was resolved (a stamp holds
@@ -38,6 +39,7 @@ resolve() {  # resolve <name>: jvm/<name>/pom.xml -> $OUT/<name>/, and jvm/<name
 
 resolve kafka
 resolve pulsar
+resolve pravega
 resolve spark
 resolve debezium
 # Drop the jars pyspark ships itself (same artifact, any version), so no class is loaded twice.
@@ -58,4 +60,5 @@ print(f"jars: {len(kept)} jars in {ours} for Spark (pyspark {pyspark.__version__
 PYEOF
 echo "jars: $(ls "$OUT/kafka" | grep -c '\.jar$') jars in $OUT/kafka for the Kafka broker"
 echo "jars: $(ls "$OUT/pulsar" | grep -c '\.jar$') jars in $OUT/pulsar for the Pulsar broker"
+echo "jars: $(ls "$OUT/pravega" | grep -c '\.jar$') jars in $OUT/pravega for the Pravega server"
 echo "jars: $(ls "$OUT/debezium" | grep -c '\.jar$') jars in $OUT/debezium for Debezium (the differential tests, benchmarks/kafka_bench.py)"

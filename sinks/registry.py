@@ -23,6 +23,7 @@ _SINKS: dict[str, tuple[str, str]] = {
     "delta": ("sinks.delta.config:DeltaSinkConfig", "sinks.delta.sink:DeltaSink"),
     "kafka": ("sinks.kafka.config:KafkaSinkConfig", "sinks.kafka.sink:KafkaSink"),
     "pulsar": ("sinks.pulsar.config:PulsarSinkConfig", "sinks.pulsar.sink:PulsarSink"),
+    "pravega": ("sinks.pravega.config:PravegaSinkConfig", "sinks.pravega.sink:PravegaSink"),
 }
 
 # sink.type -> the reader that `follow-topic` keeps Delta tables with (stream-store sinks)

@@ -138,8 +138,8 @@ def spark() -> Iterator[Any]:
         session.stop()
 
 # The servers of the other seams' implementations: tests/postgres_server.py, tests/kafka_broker.py,
-# tests/pulsar_broker.py.
-pytest_plugins = ["postgres_server", "kafka_broker", "pulsar_broker"]
+# tests/pulsar_broker.py, tests/pravega_server.py.
+pytest_plugins = ["postgres_server", "kafka_broker", "pulsar_broker", "pravega_server"]
 
 
 # Tests whose delta-spark variant is ``slow``: each delta-spark MERGE is several Spark jobs, and

@@ -185,12 +185,57 @@ def _pulsar() -> SinkKind:
     return SinkKind(make, state, changes)
 
 
+def _pravega() -> SinkKind:
+    """Pravega: an event is the Debezium value alone (no key, no tombstone): the state is the
+    newest event per key of its image, the changes every event, read by a reader group from the
+    stream's head (segment by segment; each key stays in one segment)."""
+    import hashlib
+
+    from pravega_server import read_stream, shared_pravega
+
+    from cdc.model.debezium.codec import decode_value
+    from sinks.pravega.config import PravegaSinkConfig
+    from sinks.pravega.sink import PravegaSink
+
+    def config(root: str) -> PravegaSinkConfig:
+        prefix = "contract-" + hashlib.sha1(root.encode()).hexdigest()[:12]  # one stream per test
+        return PravegaSinkConfig(controller_uri=shared_pravega().controller_uri, topic_prefix=prefix,
+                                 segments=3, staging_path=f"{root}/pravega-staging",
+                                 bigint_unsigned_handling_mode="precise")
+
+    def make(root: str, job_id: str, hooks: Any) -> Sink:
+        return PravegaSink(config(root), job_id, hooks=hooks)
+
+    def changes(root: str, schema: TableSchema) -> list[dict[str, Any]]:
+        c = config(root)
+        out = []
+        for value in read_stream(c.controller_uri, c.scope, c.topic(schema.table_id)):
+            record = decode_value(value, schema, options=c.debezium_options())
+            assert record is not None, "no tombstones on Pravega"
+            out.append({"op": record.op, "before": record.before, "after": record.after,
+                        "source": {"file": record.source.file, "pos": record.source.pos, "row": record.source.row}})
+        return out
+
+    def state(root: str, schema: TableSchema) -> list[dict[str, Any]]:
+        rows: dict[tuple[Any, ...], dict[str, Any]] = {}
+        for r in changes(root, schema):
+            key = key_of(schema, r["before"] if r["op"] == "d" else r["after"])
+            if r["op"] == "d":
+                rows.pop(key, None)
+            else:
+                rows[key] = r["after"]
+        return list(rows.values())
+
+    return SinkKind(make, state, changes)
+
+
 SINK_KINDS = {
     "delta-async-mirror": _delta("async"),
     "delta-inline-mirror": _delta("inline"),
     "delta-spark": dataclasses.replace(_delta("async", "delta-spark"), examples=6),
     "kafka": dataclasses.replace(_kafka(), examples=10),  # each read-back polls the broker
     "pulsar": dataclasses.replace(_pulsar(), examples=5),  # each open creates producers, reads the control topic
+    "pravega": dataclasses.replace(_pravega(), examples=2),  # each read-back waits out the reader's idle slice (~1 s)
 }
 
 

@@ -1,7 +1,7 @@
 """The command-line interface: ``python -m cdc <command>`` (``spark-submit cdc_job.py`` = ``run``).
 
 Sources: MySQL and MariaDB (``source.type: mysql``), PostgreSQL (``postgres``). Sinks: Delta Lake
-(``sink.type: delta``), Kafka (``kafka``), Pulsar (``pulsar``). docs/reference/cli.md is this module's help texts.
+(``sink.type: delta``), Kafka (``kafka``), Pulsar (``pulsar``), Pravega (``pravega``). docs/reference/cli.md is this module's help texts.
 
 Commands:
   run               run a job: ``--config job.yaml [--once]``.
@@ -14,7 +14,7 @@ Commands:
                     (or ``--catalog DIR``).
   demo              a throwaway MariaDB or PostgreSQL with TPC-DS customer, the job into Delta,
                     Kafka or Pulsar, changes, and the result read back.
-  sandbox           a throwaway server (``mysql``, ``postgres``, ``kafka``, ``pulsar``) on free
+  sandbox           a throwaway server (``mysql``, ``postgres``, ``kafka``, ``pulsar``, ``pravega``) on free
                     ports until Ctrl-C, for trying it out.
   pipeline run      run a Spark Declarative Pipeline (``spark-pipeline.yml``) that reads a source
                     through ``cdc.app.pipelines``, with the project's jars and a kept catalog.
@@ -210,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "change log, exactly once.",
         epilog="sources (source.type): mysql (MySQL 5.7/8.x, MariaDB 10.5+), postgres (PostgreSQL 12+). "
                "sinks (sink.type): delta (Delta Lake: a mirror and a changelog table per source table), "
-               "kafka (Debezium JSON), pulsar (Debezium JSON). Exit codes: 0 done, 1 the job failed while running, 2 the "
+               "kafka (Debezium JSON), pulsar (Debezium JSON), pravega (Debezium JSON). Exit codes: 0 done, 1 the job failed while running, 2 the "
                "config or a start-up check is wrong. Docs: docs/ in the repository (make docs builds the site).",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -220,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run a job: snapshot, then the change log, into the sinks",
                        description="Run a job: a snapshot of the captured tables, then their change log "
                                    "(MySQL/MariaDB binlog, PostgreSQL WAL through pgoutput), into each sink "
-                                   "(Delta Lake, Kafka, Pulsar), exactly once. Resumes from its checkpoint.")
+                                   "(Delta Lake, Kafka, Pulsar, Pravega), exactly once. Resumes from its checkpoint.")
     p.add_argument("--config", required=True, help="the job's YAML file")
     p.add_argument("--once", action="store_true",
                    help="write everything available now, then exit (else run until SIGINT/SIGTERM)")
@@ -239,7 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("validate", help="check a job file without running it",
                        description="Check a job file (its source: MySQL, MariaDB or PostgreSQL; its sinks: "
-                                   "Delta, Kafka, Pulsar) without running it; with --check-connection, also connect to "
+                                   "Delta, Kafka, Pulsar, Pravega) without running it; with --check-connection, also connect to "
                                    "the source and list its grants, log settings, retention and tables, each "
                                    "missing prerequisite with the statement that fixes it.")
     p.add_argument("--config", required=True, help="the job's YAML file")
@@ -284,13 +284,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     from cdc.app.sandbox import SANDBOXES
 
-    p = sub.add_parser("sandbox", help="a throwaway MariaDB, PostgreSQL, Kafka or Pulsar (temp folder, free ports) "
+    p = sub.add_parser("sandbox", help="a throwaway MariaDB, PostgreSQL, Kafka, Pulsar or Pravega (temp folder, free ports) "
                        "until Ctrl-C",
                        description="Start a throwaway server until Ctrl-C, in a temp folder on a free port: "
                                    "mysql (MariaDB, configured for CDC, with a CDC user), postgres (PostgreSQL, "
-                                   "wal_level=logical, with a CDC role), kafka (one KRaft broker) or pulsar (a "
-                                   "standalone broker with deduplication on). It prints the export line that the "
-                                   "getting-started pages use (pulsar: the sink's service_url and admin_url).")
+                                   "wal_level=logical, with a CDC role), kafka (one KRaft broker), pulsar (a "
+                                   "standalone broker with deduplication on) or pravega (the standalone server, data "
+                                   "in memory). It prints the export line that the getting-started pages use "
+                                   "(pulsar: the sink's service_url and admin_url; pravega: its controller_uri).")
     p.add_argument("kind", choices=sorted(SANDBOXES), help="which server")
     p.set_defaults(func=_cmd_sandbox)
 

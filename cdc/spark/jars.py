@@ -2,7 +2,7 @@
 
 ``jars/spark`` holds what every Spark session of the project loads through ``spark.jars``
 (delta-spark, spark-sql-kafka, JDBC drivers); ``jars/kafka`` the Kafka broker's classpath;
-``jars/pulsar`` the Pulsar standalone broker's. The
+``jars/pulsar`` the Pulsar standalone broker's; ``jars/pravega`` Pravega's standalone server. The
 folder is ``$SPARK_CDC_JARS`` or ``jars/`` at the project root. Nothing is downloaded at run time:
 a missing folder is an error that names the fix.
 """
@@ -71,6 +71,15 @@ def pulsar_classpath() -> str:
         JarsMissing: ``make setup`` has not resolved them.
     """
     return os.pathsep.join(_jars("pulsar"))
+
+
+def pravega_classpath() -> str:
+    """Pravega's standalone server's classpath (``jars/pravega/*``).
+
+    Raises:
+        JarsMissing: ``make setup`` has not resolved them.
+    """
+    return os.pathsep.join(_jars("pravega"))
 
 
 def jar(prefix: str) -> str:

@@ -70,6 +70,17 @@ def _pulsar() -> tuple[list[str], Callable[[], None]]:
     return lines, box.stop
 
 
+def _pravega() -> tuple[list[str], Callable[[], None]]:
+    from cdc.app.sandbox.pravega import start_pravega_sandbox
+
+    box = start_pravega_sandbox()
+    lines = [f"Pravega (standalone: controller, segment store, ZooKeeper; data in memory) at {box.controller_uri}",
+             f"  export PRAVEGA_CONTROLLER={box.controller_uri}",
+             f"  sink: {{type: pravega, controller_uri: '{box.controller_uri}'}}",
+             f"  logs: {box.log_file}"]
+    return lines, box.stop
+
+
 def _postgres() -> tuple[list[str], Callable[[], None]]:
     from cdc.app.sandbox.postgres import start_postgres
 
@@ -78,7 +89,8 @@ def _postgres() -> tuple[list[str], Callable[[], None]]:
 
 
 SANDBOXES: dict[str, Callable[[], tuple[list[str], Callable[[], None]]]] = {
-    "mysql": _mysql, "kafka": _kafka, "postgres": _postgres, "pulsar": _pulsar}
+    "mysql": _mysql, "kafka": _kafka, "postgres": _postgres, "pulsar": _pulsar,
+    "pravega": _pravega}
 
 
 def run_sandbox(kind: str, stop: threading.Event | None = None) -> int:

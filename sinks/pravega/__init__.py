@@ -1,0 +1,1 @@
+"""The Pravega sink (``type: pravega``): Debezium JSON change events in Pravega streams, exactly once."""

@@ -1,0 +1,137 @@
+"""The Pravega sink beyond the contract suite: its configuration, and its exactly-once protocol
+at the crash points the contract's single fault does not reach (a batch half committed across
+two streams, every stream committed but the batch not recorded, a restart after the
+transaction lease).
+
+The sink contract (tests/test_sink_contract.py) runs it too; these cases need the real Pravega of
+the session (tests/pravega_server.py) but no database and no Spark.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from change_batches import COMPOSITE_KEY, SINGLE_KEY, event, row
+from faults import FileFaults, InjectedFault
+from pravega_server import read_stream
+from test_sink_contract import stage
+
+from cdc.app.config import parse_config
+from cdc.app.sandbox.pravega import PravegaSandbox
+from cdc.model.debezium.codec import decode_value
+from cdc.model.errors import ConfigError
+from cdc.model.schema import TableId, TableSchema
+from sinks.pravega.config import PravegaSinkConfig
+from sinks.pravega.sink import PravegaSink
+
+_SOURCE = {"type": "mysql", "hostname": "h", "username": "u", "tables": ["d.t"]}
+
+
+def _config(server: PravegaSandbox, tmp: Path, **over: Any) -> PravegaSinkConfig:
+    return PravegaSinkConfig(controller_uri=server.controller_uri, topic_prefix=f"t{abs(hash(str(tmp))) % 10**8}",
+                             segments=2, staging_path=str(tmp / "staging"), **over)
+
+
+# --- configuration (no server) ----------------------------------------------------------------
+
+
+def test_names_pravega_refuses_are_replaced_and_secrets_never_show(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PRAVEGA_PASSWORD", "s3cr3t-pw")
+    raw = {"checkpoint": "/tmp/c", "source": _SOURCE,
+           "sink": {"type": "pravega", "controller_uri": "tcp://h:9090", "topic_prefix": "my_app",
+                    "username": "admin", "password": "${PRAVEGA_PASSWORD}", "streams": {"d.orders": "orders-v2"}}}
+    config = parse_config(raw)
+    sink = config.sink[0]
+    assert isinstance(sink, PravegaSinkConfig) and sink.password is not None
+    assert sink.password.get_secret_value() == "s3cr3t-pw"
+    assert "s3cr3t" not in repr(sink) and "s3cr3t" not in str(config)
+    assert sink.topic(TableId("shop_db", "order_lines")) == "my-app.shop-db.order-lines"
+    assert sink.topic(TableId("d", "orders")) == "orders-v2"
+    assert sink.schema_changes_topic() == "my-app"
+    with pytest.raises(ConfigError, match=r"sink\.controller_uri.*tcp://host:port"):
+        parse_config({**raw, "sink": {**raw["sink"], "controller_uri": "http://h:9090"}})
+    with pytest.raises(ConfigError, match=r"sink\.tombstones_on_delete.*no key"):
+        parse_config({**raw, "sink": {**raw["sink"], "tombstones_on_delete": True}})
+    with pytest.raises(ConfigError, match=r"sink\.scope.*refuses `_`"):
+        parse_config({**raw, "sink": {**raw["sink"], "scope": "my_scope"}})
+
+
+def test_without_the_client_package_the_error_names_the_fix() -> None:
+    """Python 3.12+ has no wheel of the client: the sink says what to install and where it runs."""
+    code = ("import sys; sys.modules['pravega_client'] = None\n"
+            "from sinks.pravega.client import client_module, PravegaClientMissing\n"
+            "try:\n    client_module()\nexcept PravegaClientMissing as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "pip install 'spark-cdc[pravega]'" in out and "3.10 and 3.11" in out
+
+
+# --- against the session's server -----------------------------------------------------------------
+
+
+def _values(config: PravegaSinkConfig, schema: TableSchema) -> list[tuple[str, Any]]:
+    """(op, key) of every event of ``schema``'s stream, by a plain reader group."""
+    out = []
+    for value in read_stream(config.controller_uri, config.scope, config.topic(schema.table_id)):
+        record = decode_value(value, schema, options=config.debezium_options())
+        assert record is not None
+        image = record.before if record.op == "d" else record.after
+        assert image is not None
+        out.append((record.op, tuple(image[k] for k in schema.primary_key)))
+    return out
+
+
+def _two_table_batch(sink: PravegaSink) -> list[Any]:
+    a = stage(sink, SINGLE_KEY, [event("c", None, row(SINGLE_KEY, (k,)), 10 + k) for k in range(4)])
+    b = stage(sink, COMPOSITE_KEY, [event("c", None, row(COMPOSITE_KEY, (k, "x")), 20 + k) for k in range(3)])
+    return [a, b]
+
+
+def _opened(config: PravegaSinkConfig, faults: FileFaults) -> PravegaSink:
+    sink = PravegaSink(config, "job-1", hooks=faults)
+    sink.open({SINGLE_KEY.table_id: SINGLE_KEY, COMPOSITE_KEY.table_id: COMPOSITE_KEY})
+    return sink
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("passes, committed_before_crash", [(2, 1), (3, 2)],
+                         ids=["one-of-two-streams-committed", "both-committed-batch-not-recorded"])
+def test_a_batch_interrupted_between_its_stream_commits_lands_once(
+        pravega_server: PravegaSandbox, tmp_path: Path, passes: int, committed_before_crash: int) -> None:
+    """The sink passes its fault point after writing each stream's transaction and after
+    committing each: a crash after ``passes`` passes leaves the ``prepared`` record with
+    ``committed_before_crash`` transactions committed; the restart finishes the rest (or only
+    records the batch), and each change is in its stream once."""
+    faults = FileFaults(tmp_path / "faults")
+    config = _config(pravega_server, tmp_path)
+    sink = _opened(config, faults)
+    faults.arm("sink_commit", after=passes)
+    with pytest.raises(InjectedFault):
+        sink.commit(0, _two_table_batch(sink))
+    visible = len(_values(config, SINGLE_KEY)) + len(_values(config, COMPOSITE_KEY))
+    assert visible == [0, 4, 7][committed_before_crash]
+    again = _opened(config, faults)
+    result = again.commit(0, _two_table_batch(again))  # Spark replays batch 0
+    assert any(c.changes for c in result) == (committed_before_crash < 2)
+    assert sorted(_values(config, SINGLE_KEY)) == [("c", (k,)) for k in range(4)]
+    assert sorted(_values(config, COMPOSITE_KEY)) == [("c", (k, "x")) for k in range(3)]
+    again.commit(1, [stage(again, SINGLE_KEY, [event("u", row(SINGLE_KEY, (0,)), row(SINGLE_KEY, (0,), c_int=5), 40)])])
+    assert _values(config, SINGLE_KEY).count(("u", (0,))) == 1, "the next batch lands once after the recovery"
+
+
+def test_after_the_lease_a_closed_transaction_counts_as_unknown_and_is_written_again(
+        pravega_server: PravegaSandbox, tmp_path: Path) -> None:
+    """The documented limit: a restart after the transaction lease cannot tell a committed
+    transaction from one that expired, so the replay writes its stream again (at least once)."""
+    faults = FileFaults(tmp_path / "faults")
+    config = _config(pravega_server, tmp_path)
+    sink = _opened(config, faults)
+    faults.arm("sink_commit", after=3)  # both streams committed, the batch not recorded
+    with pytest.raises(InjectedFault):
+        sink.commit(0, _two_table_batch(sink))
+    late = _opened(config.model_copy(update={"transaction_lease_s": 1e-9}), faults)
+    assert any(c.changes for c in late.commit(0, _two_table_batch(late)))
+    assert len(_values(config, SINGLE_KEY)) == 8, "the batch's share of each stream twice"
