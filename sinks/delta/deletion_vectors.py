@@ -337,6 +337,29 @@ def purge(table: DeltaTable, fraction: float = 0.5) -> int:
     return len(due)
 
 
+def commit_rewrite(table: DeltaTable, staged: list[StagedFile], old: list[tuple[str, int]], app: str,
+                   batch_id: int) -> None:
+    """Commit ``staged`` in place of every file of ``old`` (path, size: the live files of
+    ``table``'s version) as ``table``'s next version, with the batch's app transaction
+    (:func:`sinks.delta.rewrite.rewrite_all`).
+
+    Raises:
+        CommitConflict: another writer took the version (:func:`sinks.delta.conflicts.replanning`
+            plans the batch again).
+    """
+    root = local_dir(table.table_uri)
+    assert root is not None
+    now = int(time.time() * 1000)
+    actions: list[dict[str, Any]] = [
+        {"commitInfo": {"timestamp": now, "operation": "MERGE", "clientVersion": "spark-cdc",
+                        "operationParameters": {"predicate": "every file rewritten"}}},
+        {"txn": {"appId": app, "version": batch_id, "lastUpdated": now}},
+    ]
+    actions += [_remove(path, size, None, now, data_change=True) for path, size in old]
+    actions += [{"add": _add(f)} for f in staged]
+    _commit_next(table, root, actions)
+
+
 def _wide_stats(files: dict[str, list[Any]], i: int) -> str:
     """The file's statistics, marked wide (its deletion vector hides rows): numRecords counts
     every row in the file; min, max and null counts of the JSON-representable columns."""

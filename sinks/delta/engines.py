@@ -46,10 +46,10 @@ from sinks.changes import (
 )
 from sinks.delta.config import DeltaSinkConfig
 from sinks.delta.conflicts import replanning
-from sinks.delta.deletion_vectors import DeletionVectorMerge
+from sinks.delta.deletion_vectors import DeletionVectorMerge, commit_rewrite
 from sinks.delta.deletion_vectors import enabled as deletion_vectors_enabled
 from sinks.delta.evolve import ensure_table
-from sinks.delta.files import StagedFile, discard_files
+from sinks.delta.files import StagedFile, discard_files, local_dir
 from sinks.delta.rewrite import rewrite_all
 from sinks.delta.tables import (
     TableKind,
@@ -234,7 +234,9 @@ class DeltaRsWriter:
         if schema.primary_key and deletion_vectors_enabled(table):
             self._vectors.merge(schema, table, source, storage, app, batch_id)
             return True  # the changed rows hidden by deletion vectors, their new rows in new files
-        if rewrite_all(self._config, schema, table, source, storage, props):
+        commit = None if local_dir(table.table_uri) is None else \
+            lambda staged, old: commit_rewrite(table, staged, old, app, batch_id)
+        if rewrite_all(self._config, schema, table, source, storage, commit):
             return True  # every file held a changed key: rewritten file by file, in parallel
         _merge(table, source, key, storage.names, props, null_safe=not schema.primary_key)
         ensure_marked(table, app, batch_id)
