@@ -7,6 +7,23 @@ deterministically inside the window a concurrent platform job would hit by timin
 mirror equals the model, holds no key twice, the changelog holds each change once, and delta-rs,
 DuckDB, Polars and Spark read the same rows. What cannot be reconciled (a schema change, a data
 change) stops the batch with one line naming the commit and its engine, and commits nothing of it.
+
+What each case did before sinks/delta/conflicts.py (main at 34d7493):
+
+* any other writer's commit inside the window of the deletion-vector MERGE: the job stopped
+  (CommitConflict, "one writer"); now the batch is planned again, or stops naming the commit;
+* delta-rs / delta-spark compaction or Z-order before a copy-on-write MERGE that touches some
+  files: the job stopped (delta-rs CommitFailedError); before one that rewrote every file: every
+  key twice in the mirror (delta-rs's overwrite commit); now re-planned, exact;
+* SET TBLPROPERTIES before a changelog append: the job stopped (delta-rs "Metadata changed");
+  now re-planned;
+* compaction before a changelog append, VACUUM anywhere: already fine;
+* a schema change or a DELETE by another engine: the MERGE stopped with delta-rs's or the
+  O_EXCL message, naming neither the commit nor the engine; now one line that does;
+* a VACUUM RETAIN 0 HOURS deleting staged files: the commit named missing files (an unreadable
+  table); now it stops before committing, and the replay writes the batch;
+* a delta-rs OPTIMIZE planned before the job's deletion-vector commit: already fails its own
+  commit (no duplicate rows: the delta-io/delta#3982 bug is not in delta-rs 1.6.6).
 """
 
 from __future__ import annotations
