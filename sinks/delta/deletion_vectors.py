@@ -58,15 +58,16 @@ import pyarrow.parquet as pq
 import pyroaring
 from deltalake import DeltaTable
 
-from cdc.model.errors import CdcError
 from cdc.model.schema import TableSchema
 from sinks.changes import DELETE_FLAG, last_of_each_key
 from sinks.delta.commits import MissingCommit, read_actions
 from sinks.delta.config import DeltaSinkConfig
+from sinks.delta.conflicts import CommitConflict
 from sinks.delta.files import (
     MIRROR_UPSERTS,
     READ_THREADS,
     StagedFile,
+    check_staged,
     discard_files,
     local_dir,
     write_file,
@@ -82,11 +83,6 @@ MAGIC = 1681511377  # Delta's RoaringBitmapArray format
 FILE_PREFIX = "deletion_vector_"
 CHECKPOINT_EVERY = 100  # versions: readers replay at most this many JSON commits
 _Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
-
-
-class CommitConflict(CdcError):
-    """Another writer committed the mirror's next version first (the mirror has one writer: the
-    job's mirror follower; a second job or a tool writes the same table)."""
 
 
 def z85(data: bytes) -> str:
@@ -174,6 +170,7 @@ class DeletionVectorMerge:
         assert key
         root = local_dir(table.table_uri)
         assert root is not None
+        check_staged(table.table_uri, files, batch_id)
         key_schema = pa.schema([storage.field(k) for k in key])
         with concurrent.futures.ThreadPoolExecutor(min(len(files), READ_THREADS)) as pool:
             parts = list(pool.map(lambda f: pq.read_table(os.path.join(root, f.path), columns=list(key))
@@ -340,6 +337,29 @@ def purge(table: DeltaTable, fraction: float = 0.5) -> int:
     return len(due)
 
 
+def commit_rewrite(table: DeltaTable, staged: list[StagedFile], old: list[tuple[str, int]], app: str,
+                   batch_id: int) -> None:
+    """Commit ``staged`` in place of every file of ``old`` (path, size: the live files of
+    ``table``'s version) as ``table``'s next version, with the batch's app transaction
+    (:func:`sinks.delta.rewrite.rewrite_all`).
+
+    Raises:
+        CommitConflict: another writer took the version (:func:`sinks.delta.conflicts.replanning`
+            plans the batch again).
+    """
+    root = local_dir(table.table_uri)
+    assert root is not None
+    now = int(time.time() * 1000)
+    actions: list[dict[str, Any]] = [
+        {"commitInfo": {"timestamp": now, "operation": "MERGE", "clientVersion": "spark-cdc",
+                        "operationParameters": {"predicate": "every file rewritten"}}},
+        {"txn": {"appId": app, "version": batch_id, "lastUpdated": now}},
+    ]
+    actions += [_remove(path, size, None, now, data_change=True) for path, size in old]
+    actions += [{"add": _add(f)} for f in staged]
+    _commit_next(table, root, actions)
+
+
 def _wide_stats(files: dict[str, list[Any]], i: int) -> str:
     """The file's statistics, marked wide (its deletion vector hides rows): numRecords counts
     every row in the file; min, max and null counts of the JSON-representable columns."""
@@ -395,8 +415,8 @@ def _commit(root: str, version: int, actions: list[dict[str, Any]]) -> None:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
-        raise CommitConflict(f"another writer committed version {version} of the Delta table {root} first: the "
-                             "mirror must have one writer (one job per sink.path)", uri=root) from None
+        raise CommitConflict(f"another writer committed version {version} of the Delta table {root} first",
+                             uri=root, version=version) from None
     with os.fdopen(fd, "wb") as f:
         f.write(b"\n".join(json.dumps(a, separators=(",", ":")).encode() for a in actions) + b"\n")
 

@@ -24,13 +24,15 @@ Bulk snapshot rows can skip the driver altogether: see :mod:`sinks.delta.files`.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
 from cdc.model.errors import ConfigError
 from cdc.model.history import tagged_schema
+from cdc.model.hooks import NO_HOOKS, Hooks
 from cdc.model.schema import TableId, TableSchema
 from sinks.changes import (
     DELETE_FLAG,
@@ -43,10 +45,11 @@ from sinks.changes import (
     snapshot_rows,
 )
 from sinks.delta.config import DeltaSinkConfig
-from sinks.delta.deletion_vectors import DeletionVectorMerge
+from sinks.delta.conflicts import replanning
+from sinks.delta.deletion_vectors import DeletionVectorMerge, commit_rewrite
 from sinks.delta.deletion_vectors import enabled as deletion_vectors_enabled
 from sinks.delta.evolve import ensure_table
-from sinks.delta.files import StagedFile, discard_files
+from sinks.delta.files import StagedFile, discard_files, local_dir
 from sinks.delta.rewrite import rewrite_all
 from sinks.delta.tables import (
     TableKind,
@@ -60,6 +63,8 @@ from sinks.delta.tables import (
     quote,
     stats_eligible,
 )
+
+T = TypeVar("T")
 
 
 class TableWriter(Protocol):
@@ -85,19 +90,21 @@ class DeltaTables:
         query_id: a stable identity of the query, the same across restarts (e.g. derived from
             its checkpoint location), never Spark's run id: it keys the idempotency records.
         spark: the Spark session for the delta-spark engine; defaults to the active session.
+        hooks: passed ``delta_planned`` between a write's read of its table and its commit.
 
     Raises:
         ConfigError: ``query_id`` is empty, or ``engine: delta-spark`` was asked for but its
             classes are not on the classpath.
     """
 
-    def __init__(self, config: DeltaSinkConfig, query_id: str, spark: Any | None = None) -> None:
+    def __init__(self, config: DeltaSinkConfig, query_id: str, spark: Any | None = None,
+                 hooks: Hooks = NO_HOOKS) -> None:
         if not query_id:
             raise ConfigError("the Delta sink needs a non-empty query id (the checkpoint's identity)")
         self.config = config
         self.query_id = query_id
         self.app_id = app_id(query_id, "batch")
-        self.engine_name, self._writer = _select_engine(config, spark)
+        self.engine_name, self._writer = _select_engine(config, spark, hooks)
 
     def write_mirror(
         self, schema: TableSchema, changes: pa.Table, batch_id: int, *, snapshot_append: bool = False
@@ -154,14 +161,14 @@ class DeltaTables:
         return None if version is None else int(version)
 
 
-def _select_engine(config: DeltaSinkConfig, spark: Any | None) -> tuple[str, TableWriter]:
+def _select_engine(config: DeltaSinkConfig, spark: Any | None, hooks: Hooks) -> tuple[str, TableWriter]:
     if config.engine == "delta-rs":
-        return "delta-rs", DeltaRsWriter(config)
+        return "delta-rs", DeltaRsWriter(config, hooks)
     from sinks.delta.spark_engine import DeltaSparkWriter, active_session, delta_spark_available
 
     session = spark if spark is not None else active_session()
     if session is not None and delta_spark_available(session):
-        return "delta-spark", DeltaSparkWriter(config, session)
+        return "delta-spark", DeltaSparkWriter(config, session, hooks)
     if config.engine == "delta-spark":
         raise ConfigError(
             "sink.engine is 'delta-spark' but no Spark session with io.delta classes on its "
@@ -169,14 +176,21 @@ def _select_engine(config: DeltaSinkConfig, spark: Any | None) -> tuple[str, Tab
             "io.delta:delta-spark_2.13:<version>) or set sink.engine to 'delta-rs' or 'auto'",
             key="sink.engine",
         )
-    return "delta-rs", DeltaRsWriter(config)
+    return "delta-rs", DeltaRsWriter(config, hooks)
 
 
 class DeltaRsWriter:
-    """The delta-rs engine: MERGE and appends through the ``deltalake`` package."""
+    """The delta-rs engine: MERGE and appends through the ``deltalake`` package.
 
-    def __init__(self, config: DeltaSinkConfig) -> None:
+    Each write reads its table, plans its commit on that version and commits; when another writer
+    (a platform's OPTIMIZE, VACUUM, property change) committed first, the write is planned again
+    on the newest version, or stops naming the commit it cannot reconcile
+    (:func:`sinks.delta.conflicts.replanning`).
+    """
+
+    def __init__(self, config: DeltaSinkConfig, hooks: Hooks = NO_HOOKS) -> None:
         self._config = config
+        self._hooks = hooks
         self._tables: dict[str, DeltaTable] = {}
         self._vectors = DeletionVectorMerge(config)
 
@@ -197,7 +211,17 @@ class DeltaRsWriter:
         if batch.num_rows == 0:
             return False
         storage = mirror_schema(schema)
-        table = self._table(schema, "mirror", storage)
+        return self._replanning(schema, "mirror", storage, app, batch_id,
+                                lambda table: self._write_mirror(schema, table, batch, storage, app, batch_id, append))
+
+    def _replanning(self, schema: TableSchema, kind: TableKind, storage: pa.Schema, app: str, batch_id: int,
+                    write: Callable[[DeltaTable], T]) -> T:
+        """``write`` on the table read now, planned again when another writer commits first."""
+        return replanning(lambda: self._table(schema, kind, storage), write, self._config.storage_options, app,
+                          f"{kind} of {schema.table_id}, batch {batch_id}", self._hooks)
+
+    def _write_mirror(self, schema: TableSchema, table: DeltaTable, batch: pa.Table, storage: pa.Schema, app: str,
+                      batch_id: int, append: bool) -> bool:
         if is_committed(table, app, batch_id):
             return False
         props = commit_properties(app, batch_id)
@@ -210,7 +234,9 @@ class DeltaRsWriter:
         if schema.primary_key and deletion_vectors_enabled(table):
             self._vectors.merge(schema, table, source, storage, app, batch_id)
             return True  # the changed rows hidden by deletion vectors, their new rows in new files
-        if rewrite_all(self._config, schema, table, source, storage, props):
+        commit = None if local_dir(table.table_uri) is None else \
+            lambda staged, old: commit_rewrite(table, staged, old, app, batch_id)
+        if rewrite_all(self._config, schema, table, source, storage, commit):
             return True  # every file held a changed key: rewritten file by file, in parallel
         _merge(table, source, key, storage.names, props, null_safe=not schema.primary_key)
         ensure_marked(table, app, batch_id)
@@ -219,25 +245,31 @@ class DeltaRsWriter:
     def merge_staged(self, schema: TableSchema, files: list[StagedFile], app: str, batch_id: int) -> bool | None:
         """:meth:`DeltaTables.merge_staged` (True, False or None as there)."""
         storage = mirror_schema(schema)
-        table = self._table(schema, "mirror", storage)
-        if not deletion_vectors_enabled(table):
-            return None
-        if is_committed(table, app, batch_id):
-            return False
-        self._vectors.merge_staged(schema, table, files, storage, app, batch_id)
-        return True
+
+        def write(table: DeltaTable) -> bool | None:
+            if not deletion_vectors_enabled(table):
+                return None
+            if is_committed(table, app, batch_id):
+                return False
+            self._vectors.merge_staged(schema, table, files, storage, app, batch_id)
+            return True
+
+        return self._replanning(schema, "mirror", storage, app, batch_id, write)
 
     def write_changelog(self, schema: TableSchema, batch: pa.Table, app: str, batch_id: int) -> bool:
         """Append every event of ``batch`` to the changelog."""
         if batch.num_rows == 0:
             return False
         storage = changelog_schema(schema)
-        table = self._table(schema, "changelog", storage)
-        if is_committed(table, app, batch_id):
-            return False
-        write_deltalake(table, batch.cast(storage), mode="append",
-                        commit_properties=commit_properties(app, batch_id))
-        return True
+
+        def write(table: DeltaTable) -> bool:
+            if is_committed(table, app, batch_id):
+                return False
+            write_deltalake(table, batch.cast(storage), mode="append",
+                            commit_properties=commit_properties(app, batch_id))
+            return True
+
+        return self._replanning(schema, "changelog", storage, app, batch_id, write)
 
 
 def _merge(

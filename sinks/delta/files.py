@@ -43,9 +43,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+from deltalake import DeltaTable
 from deltalake.transaction import AddAction
 
+from cdc.model.errors import CdcError
 from cdc.model.history import tagged_schema
+from cdc.model.hooks import NO_HOOKS, Hooks
 from cdc.model.schema import TableSchema, schema_from_dict, schema_to_dict
 from sinks.base import SinkWriter, StreamKind
 from sinks.changes import (
@@ -60,6 +63,7 @@ from sinks.changes import (
 )
 from sinks.delta.commits import table_fs
 from sinks.delta.config import DeltaSinkConfig
+from sinks.delta.conflicts import replanning
 from sinks.delta.evolve import ensure_table
 from sinks.delta.tables import (
     TableKind,
@@ -227,12 +231,12 @@ def read_change_files(config: DeltaSinkConfig, schema: TableSchema, files: Itera
 
 
 def commit_change_files(config: DeltaSinkConfig, schema: TableSchema, files: list[StagedFile],
-                        query_id: str, batch_id: int) -> bool:
+                        query_id: str, batch_id: int, hooks: Hooks = NO_HOOKS) -> bool:
     """Driver side: commit a batch's change files to the changelog in one transaction, tagged
     like :meth:`sinks.delta.engines.DeltaTables.write_changelog` (the mirror follower finds batches by it).
     False when the changelog already holds the batch."""
     return _commit(config, schema, "changelog", changelog_schema(schema), files, app_id(query_id, "batch"),
-                   batch_id)
+                   batch_id, hooks)
 
 
 def write_snapshot_files(
@@ -328,7 +332,7 @@ def table_storage(uri: str, storage_options: dict[str, str]) -> tuple[pafs.FileS
 
 def commit_snapshot_files(
     config: DeltaSinkConfig, schema: TableSchema, files: Iterable[StagedFile],
-    query_id: str, batch_id: int,
+    query_id: str, batch_id: int, hooks: Hooks = NO_HOOKS,
 ) -> dict[TableKind, bool]:
     """Driver side: commit a batch's staged files, one transaction per table.
 
@@ -357,23 +361,55 @@ def commit_snapshot_files(
     done: dict[TableKind, bool] = {}
     for kind, staged in by_kind.items():
         done[kind] = bool(staged) and _commit(config, schema, kind, storages[kind], staged,
-                                              app, batch_id)
+                                              app, batch_id, hooks)
     return done
 
 
 def _commit(
     config: DeltaSinkConfig, schema: TableSchema, kind: TableKind, storage: pa.Schema,
-    staged: list[StagedFile], app: str, batch_id: int,
+    staged: list[StagedFile], app: str, batch_id: int, hooks: Hooks = NO_HOOKS,
 ) -> bool:
+    """Append ``staged`` to the table in one commit carrying ``(app, batch_id)``, unless the table
+    holds the batch; planned again when another writer commits first (:func:`replanning`)."""
     uri = config.uri(schema.table_id, kind)
-    table = ensure_table(uri, config.storage_options, schema, kind, storage)
-    if is_committed(table, app, batch_id):
-        return False
-    table.create_write_transaction(
-        [f.add_action() for f in staged], mode="append", schema=table.schema(),
-        commit_properties=commit_properties(app, batch_id),
-    )
-    return True
+
+    def write(table: DeltaTable) -> bool:
+        if is_committed(table, app, batch_id):
+            return False
+        check_staged(uri, staged, batch_id)
+        table.create_write_transaction(
+            [f.add_action() for f in staged], mode="append", schema=table.schema(),
+            commit_properties=commit_properties(app, batch_id),
+        )
+        return True
+
+    return replanning(lambda: ensure_table(uri, config.storage_options, schema, kind, storage), write,
+                      config.storage_options, app, f"{kind} of {schema.table_id}, batch {batch_id}", hooks)
+
+
+class StagedFilesGone(CdcError):
+    """Files a batch's tasks staged were deleted before the driver committed them (a VACUUM with a
+    retention shorter than the batch)."""
+
+
+def check_staged(uri: str, staged: list[StagedFile], batch_id: int) -> None:
+    """Raise when a staged file of a local table is gone: a commit naming it would leave the
+    table unreadable (another engine's ``VACUUM ... RETAIN 0 HOURS`` deletes files no version
+    references, which staged files are until their commit).
+
+    Raises:
+        StagedFilesGone: the message names the fix; nothing of the batch is committed.
+    """
+    root = local_dir(uri)
+    if root is None:
+        return
+    gone = [f.path for f in staged if not os.path.exists(os.path.join(root, f.path))]
+    if gone:
+        raise StagedFilesGone(
+            f"staged files of batch {batch_id} of {uri} are gone ({len(gone)} of {len(staged)}, e.g. {gone[0]}): a "
+            "VACUUM with a retention shorter than a batch deleted them before the job committed them; nothing of the "
+            "batch is committed: keep VACUUM's retention at an hour or more, then restart the job (the batch is "
+            "written again)", uri=uri, batch_id=batch_id)
 
 
 def file_stats(rows: pa.Table) -> str:

@@ -32,6 +32,9 @@ tables (``sink.maintenance``, on by default):
   compaction that rewrote them all stalled the mirror for 28 s at TPC-DS SF1000), while the
   small files of new rows are combined. VACUUM also deletes the deletion-vector files that no
   live file and no version within the retention uses (delta-rs's keeps them all).
+* **Other writers:** a compaction or purge that loses a race with another writer's commit (a
+  platform's OPTIMIZE of the same files) is skipped until the next maintenance: the other
+  writer's commit stands, and the tables are as it left them (:mod:`sinks.delta.conflicts`).
 * **VACUUM:** then deletes the files that left each table ``vacuum_retention_hours`` ago or
   earlier, and the files no commit references that are as old: the leftovers of a crash. It
   keeps the changelog files that the mirror may still need. After a crash the mirror catches up
@@ -68,6 +71,7 @@ from cdc.model.errors import CdcError
 from cdc.model.hooks import NO_HOOKS, Hooks
 from cdc.model.schema import TableId
 from sinks.delta.commits import MissingCommit, commits_newest_first, table_fs
+from sinks.delta.conflicts import CONFLICTS
 from sinks.delta.deletion_vectors import PROP_ENABLED as PROP_DELETION_VECTORS
 from sinks.delta.deletion_vectors import enabled as deletion_vectors_enabled
 from sinks.delta.deletion_vectors import purge, unused_files
@@ -263,6 +267,10 @@ class Maintainer:
         began = time.perf_counter()
         try:
             done = work(table_id)
+        except CONFLICTS as exc:  # another writer compacted or purged the same files first: its work stands
+            log.info("maintenance of %s's %s skipped this time: another writer committed to it first (%s)", table_id,
+                     kind, str(exc).splitlines()[0][:200])
+            return
         except Exception as exc:
             raise MaintenanceFailed(f"maintenance (compaction, VACUUM) of {table_id}'s Delta {kind} failed: {exc}; "
                                     "the table is unchanged and a restart retries it; `sink.maintenance.every: 0` "

@@ -7,8 +7,8 @@ each file is read, stripped of the changed keys (a hash lookup of the key column
 join for a composite key) and written again, in parallel threads, one file per thread at a time
 (memory is bounded by the file size, not the table); the keys' new rows go to more files, in
 key order, of at most ``UPSERT_FILE_ROWS`` rows each; one
-``overwrite`` commit replaces every old file with the new ones, carrying the batch's app
-transaction. Readers see the same table a MERGE would have produced.
+commit replaces every old file with the new ones, carrying the batch's app transaction, created
+only if no other writer committed first (a local table; on an object store the MERGE runs). Readers see the same table a MERGE would have produced.
 
 It applies only when every file's key range (Delta statistics of the first key column) may hold
 a changed key, and only to tables with a primary key; otherwise it declines and the caller runs
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -38,8 +39,11 @@ from sinks.delta.files import StagedFile, table_storage, write_table_file
 UPSERT_FILE_ROWS = 131_072  # the most rows of one file of new rows (the snapshot's file size)
 
 
+RewriteCommit = Callable[[list[StagedFile], list[tuple[str, int]]], None]
+
+
 def rewrite_all(config: DeltaSinkConfig, schema: TableSchema, table: DeltaTable, source: pa.Table,
-                storage: pa.Schema, props: Any) -> bool:
+                storage: pa.Schema, commit: RewriteCommit | None) -> bool:
     """Apply ``source`` to the mirror by rewriting every file, if every file is touched.
 
     Args:
@@ -49,13 +53,19 @@ def rewrite_all(config: DeltaSinkConfig, schema: TableSchema, table: DeltaTable,
         source: one row per changed key (``sinks.changes.mirror_changes``), storage columns plus
             the delete flag.
         storage: the mirror's storage schema.
-        props: commit properties (the batch's app transaction).
+        commit: commits the new files in place of the old ones (path, size), with the batch's app
+            transaction, only if no other writer committed since ``table``'s version
+            (:func:`sinks.delta.deletion_vectors.commit_rewrite`); None: there is no such commit
+            (an object store), and the rewrite declines. delta-rs's ``overwrite`` commit is not
+            used: planned on a version that another writer's OPTIMIZE then replaced, it removed
+            the files it read and kept the OPTIMIZE's, every row twice (delta-rs 1.6;
+            tests/test_shared_lake.py).
 
     Returns:
         True when it committed; False when it declined (the caller MERGEs).
     """
     key = schema.primary_key
-    if not key or source.num_rows == 0:
+    if not key or source.num_rows == 0 or commit is None:
         return False
     files = pa.table(table.get_add_actions(flatten=True)).to_pydict()
     paths = files.get("path", [])
@@ -78,8 +88,7 @@ def rewrite_all(config: DeltaSinkConfig, schema: TableSchema, table: DeltaTable,
         futures += [pool.submit(write, upserts.slice(at, UPSERT_FILE_ROWS))
                     for at in range(0, upserts.num_rows, UPSERT_FILE_ROWS)]
         staged = [f for f in (fut.result() for fut in futures) if f is not None]
-    table.create_write_transaction([f.add_action() for f in staged], mode="overwrite", schema=table.schema(),
-                                   commit_properties=props)
+    commit(staged, list(zip(paths, files["size_bytes"], strict=True)))
     return True
 
 

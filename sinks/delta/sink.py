@@ -72,7 +72,7 @@ class DeltaSink(Sink):
             raise ConfigError(f"the delta sink needs a DeltaSinkConfig, not {type(config).__name__}")
         super().__init__(config, job_id, spark, hooks)
         self.delta = config
-        self.tables = DeltaTables(config, job_id, spark)
+        self.tables = DeltaTables(config, job_id, spark, hooks)
         self.maintainer = Maintainer(self.tables, hooks, background=True)
         self.follower: MirrorFollower | None = None
         self.current: dict[TableId, TableSchema] = {}  # each table's sink schema (grows with DDL)
@@ -183,7 +183,7 @@ class DeltaSink(Sink):
             changes = [StagedFile.from_dict(d) for d in staged_files(batch.changes)]  # and their mirror files
             changelog = [f for f in changes if f.kind == "changelog"]
             written = bool(changelog) and commit_change_files(self.delta, batch.schema, changelog, self.job_id,
-                                                              batch_id)
+                                                              batch_id, self.hooks)
             if written:
                 self.hooks.reached("sink_commit")  # crash tests: changelog committed, mirror not yet
             if changes and self.follower is None:
@@ -204,7 +204,7 @@ class DeltaSink(Sink):
         if not batch.snapshot:
             return False
         files = [StagedFile.from_dict(d) for d in batch.snapshot]
-        done = commit_snapshot_files(self.delta, batch.schema, files, self.job_id, batch_id)
+        done = commit_snapshot_files(self.delta, batch.schema, files, self.job_id, batch_id, self.hooks)
         return any(done.values())
 
     def close(self) -> None:

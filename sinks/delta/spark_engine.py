@@ -25,13 +25,15 @@ are used only by the delta-rs reads (table checks and the idempotency check).
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Iterator
+import logging
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import pyarrow as pa
 from deltalake import DeltaTable
 
+from cdc.model.hooks import NO_HOOKS, Hooks
 from cdc.model.schema import TableSchema
 from cdc.model.spark_conf import SNAPSHOT_PARTITIONS
 from sinks.changes import (
@@ -43,6 +45,7 @@ from sinks.changes import (
     snapshot_rows,
 )
 from sinks.delta.config import DeltaSinkConfig
+from sinks.delta.conflicts import MAX_REPLANS, Planned, check_commits_since
 from sinks.delta.evolve import ensure_table
 from sinks.delta.tables import (
     TableKind,
@@ -52,6 +55,8 @@ from sinks.delta.tables import (
     mirror_key,
     quote,
 )
+
+log = logging.getLogger(__name__)
 
 DELTA_CLASS = "io.delta.tables.DeltaTable"
 _TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
@@ -87,8 +92,9 @@ def jvm_has_class(spark: Any, name: str) -> bool:
 class DeltaSparkWriter:
     """Mirror MERGE and changelog appends through delta-spark."""
 
-    def __init__(self, config: DeltaSinkConfig, spark: Any) -> None:
+    def __init__(self, config: DeltaSinkConfig, spark: Any, hooks: Hooks = NO_HOOKS) -> None:
         self._config = config
+        self._hooks = hooks
         self._spark = spark.newSession()
         # Delta replays a table's log in 50 partitions by default: 50 tasks per MERGE for a log
         # of a few files. One per task slot is enough; checkpoints keep the log short.
@@ -145,8 +151,10 @@ class DeltaSparkWriter:
             return False
         uri = self._config.uri(schema.table_id, "mirror")
         self._deletion_vectors(uri)
+        table.update_incremental()  # the job's own properties commit, if it made one
+        planned = Planned.of(table)
         if append and ops_are(batch, {"r"}):
-            self._append(uri, snapshot_rows(batch, storage), app, batch_id)
+            self._committing(planned, app, lambda: self._append(uri, snapshot_rows(batch, storage), app, batch_id))
             return True
         from pyspark.sql.types import BooleanType, StructField
 
@@ -155,15 +163,19 @@ class DeltaSparkWriter:
                              [StructField(DELETE_FLAG, BooleanType(), False)])
         flag = f"s.{quote(DELETE_FLAG)}"
         values = {quote(c): f"s.{quote(c)}" for c in storage.names}
-        with self._txn(app, batch_id):
-            (
-                delta_table.forPath(self._spark, uri).alias("t")
-                .merge(source.alias("s"), merge_predicate(mirror_key(schema), not schema.primary_key))
-                .whenMatchedDelete(condition=flag)
-                .whenMatchedUpdate(condition=f"NOT {flag}", set=values)
-                .whenNotMatchedInsert(condition=f"NOT {flag}", values=values)
-                .execute()
-            )
+
+        def merge() -> None:
+            with self._txn(app, batch_id):
+                (
+                    delta_table.forPath(self._spark, uri).alias("t")
+                    .merge(source.alias("s"), merge_predicate(mirror_key(schema), not schema.primary_key))
+                    .whenMatchedDelete(condition=flag)
+                    .whenMatchedUpdate(condition=f"NOT {flag}", set=values)
+                    .whenNotMatchedInsert(condition=f"NOT {flag}", values=values)
+                    .execute()
+                )
+
+        self._committing(planned, app, merge)
         ensure_marked(table, app, batch_id)
         return True
 
@@ -175,9 +187,27 @@ class DeltaSparkWriter:
         table = self._checked(schema, "changelog", storage, app, batch_id)
         if table is None:
             return False
-        self._append(self._config.uri(schema.table_id, "changelog"), batch.cast(storage), app,
-                     batch_id)
+        uri = self._config.uri(schema.table_id, "changelog")
+        self._committing(Planned.of(table), app, lambda: self._append(uri, batch.cast(storage), app, batch_id))
         return True
+
+    def _committing(self, planned: Planned, app: str, write: Callable[[], None]) -> None:
+        """Run Spark's ``write`` once the commits since ``planned`` are checked: Spark reads the
+        newest version itself and follows a compaction or a property change, but would also write
+        over a schema another writer changed (:func:`check_commits_since` stops there). A write
+        that loses a race with another commit inside Spark (``io.delta.exceptions.Concurrent*``,
+        Delta's own conflict check) is checked and run again."""
+        self._hooks.reached("delta_planned")
+        for attempt in range(MAX_REPLANS + 1):
+            check_commits_since(planned, self._config.storage_options, app)
+            try:
+                write()
+                return
+            except Exception as exc:
+                if "io.delta.exceptions.Concurrent" not in str(exc) or attempt == MAX_REPLANS:
+                    raise
+                log.info("%s: Spark's commit lost a race with another writer: checked and run again (%s)",
+                         planned.uri, str(exc).splitlines()[0][:200])
 
     def _append(self, uri: str, rows: pa.Table, app: str, batch_id: int) -> None:
         (
