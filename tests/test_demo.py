@@ -48,6 +48,19 @@ def test_demo_into_kafka_runs_end_to_end_at_a_small_scale(spark: Any, tmp_path: 
 
 
 @pytest.mark.slow
+def test_demo_into_pulsar_runs_end_to_end_at_a_small_scale(spark: Any, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """``python -m cdc demo --sink pulsar``: its own broker, the job twice, the topic read back."""
+    from cdc.app.demo import run_demo
+
+    assert run_demo(scale=0.01, workdir=tmp_path / "demo", spark=spark, sink="pulsar") == 0
+    out = capsys.readouterr().out
+    assert "starting a throwaway Pulsar broker" in out and "tpcds.customer: 1000 rows" in out
+    assert "persistent://public/default/demo.tpcds.customer: 1013 messages (c 2, d 3, r 1000, tombstone 3, u 5)" in out
+    assert "the newest message of every key equals the source (999 rows), deletes end in tombstones" in out
+
+
+@pytest.mark.slow
 def test_demo_from_postgres_into_kafka(spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from cdc.app.demo import run_demo
 
