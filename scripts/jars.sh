@@ -9,11 +9,18 @@
 #                jvm/debezium/src (tests/test_debezium_differential.py, benchmarks/kafka_bench.py).
 # Skips a folder whose pom (and sources) have not changed since it was resolved (a stamp holds
 # their hash).
+# The folders resolve side by side (Maven's downloads are mostly waiting on the network); one that
+# fails is resolved again alone, after the others, before the script gives up.
 # Usage: scripts/jars.sh [python]   (the interpreter that has pyspark; default .venv/bin/python)
+#        scripts/jars.sh --fetch    (only resolve the folders, no Python needed: scripts/setup.sh runs it
+#                                    while pip installs, then runs the script again to finish)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+fetch_only=0
+[[ "${1:-}" == "--fetch" ]] && { fetch_only=1; shift; }
 PY=${1:-.venv/bin/python}
 OUT=${SPARK_CDC_JARS:-jars}
+[[ "$OUT" == /* ]] || OUT="$PWD/$OUT"
 
 for tool in java javac jar mvn; do
   command -v "$tool" >/dev/null || { echo "jars: $tool is missing: install a Java 17 JDK and Maven (apt-get install openjdk-17-jdk-headless maven)" >&2; exit 1; }
@@ -27,7 +34,7 @@ resolve() {  # resolve <name>: jvm/<name>/pom.xml -> $OUT/<name>/, and jvm/<name
   fi
   echo "jars: resolving $pom into $dir (Maven Central, once)"
   rm -rf "$dir" "$dir.tmp"
-  mvn -q -B -f "$pom" dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$PWD/$dir.tmp"
+  mvn -q -B -f "$pom" dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$dir.tmp"
   if [[ -d "$src" ]]; then
     javac -nowarn --release 17 -cp "$dir.tmp/*" -d "$dir.tmp/classes" $(find "$src" -name '*.java')
     jar cf "$dir.tmp/spark-cdc-$name.jar" -C "$dir.tmp/classes" .
@@ -37,11 +44,23 @@ resolve() {  # resolve <name>: jvm/<name>/pom.xml -> $OUT/<name>/, and jvm/<name
   echo "$stamp" > "$dir/.stamp"
 }
 
-resolve kafka
-resolve pulsar
-resolve pravega
-resolve spark
-resolve debezium
+NAMES=(kafka pulsar pravega spark debezium)
+mkdir -p "$OUT"
+pids=()
+for name in "${NAMES[@]}"; do
+  resolve "$name" > "$OUT/.$name.log" 2>&1 &
+  pids+=($!)
+done
+failed=()
+for i in "${!NAMES[@]}"; do
+  wait "${pids[$i]}" || failed+=("${NAMES[$i]}")
+  cat "$OUT/.${NAMES[$i]}.log"; rm -f "$OUT/.${NAMES[$i]}.log"
+done
+for name in "${failed[@]}"; do  # a race in the shared local repository, or the network: once more, alone
+  echo "jars: resolving jvm/$name/pom.xml again, alone"
+  resolve "$name"
+done
+(( fetch_only )) && exit 0
 # Drop the jars pyspark ships itself (same artifact, any version), so no class is loaded twice.
 "$PY" - "$OUT/spark" <<'PYEOF'
 import os, re, sys

@@ -46,6 +46,11 @@ if (( ${#packages[@]} )); then
   # The Debian package may start a system mariadb service; we never use it (tests start their own).
 fi
 
+# Maven's downloads (a few hundred MB of jars) go on while pip installs; the second jars.sh below
+# finds them resolved, or resolves what the first could not, and reports it.
+scripts/jars.sh --fetch > "${TMPDIR:-/tmp}/spark-cdc-jars-fetch.log" 2>&1 &
+fetch_pid=$!
+
 if [[ ! -x "$VENV/bin/python" ]]; then
   echo "setup: creating virtualenv $VENV"
   "$PYTHON" -m venv "$VENV"
@@ -62,6 +67,7 @@ echo "setup: installing spark-cdc[$EXTRAS] into $VENV"
 # the kernels that decode binlog rows events, compiled into binlog/mysql/__pycache__ once here
 # (10-16 s) rather than by the first MySQL job's worker daemon, which loads them before it forks
 "$VENV/bin/python" -c 'from binlog.mysql import rows_kernels; rows_kernels.load()'
+wait "$fetch_pid" || echo "setup: the jars' first resolution failed (${TMPDIR:-/tmp}/spark-cdc-jars-fetch.log); resolving again"
 scripts/jars.sh "$VENV/bin/python"
 if (( want_bench )); then  # the Flink CDC and Debezium harnesses of benchmarks/peers.py, MariaDB and PostgreSQL (Maven Central, once)
   "$VENV/bin/python" benchmarks/peers.py --build-only
