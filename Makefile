@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 
-.PHONY: setup demo test test-slow test-all lint typecheck docs bench bench-quick clean
+.PHONY: setup demo test test-fast test-slow lint typecheck docs bench bench-quick clean
 
 # A class-data-sharing archive of the Spark driver's classes, built once per install
 # (scripts/jvm_archive.py): a JVM start then skips loading and verifying Spark's classes (a session
@@ -39,17 +39,18 @@ PYTEST = SPARK_SUBMIT_OPTS="$(TEST_JVM_OPTS) -XX:SharedArchiveFile=$(abspath $(J
 	  $(PY) -m pytest -v --durations=40 \
 	  $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist worksteal)
 
-# `make test` leaves out the cases marked `slow` (SIGKILL rounds, clusters, multi-run jobs), which
-# are most of the suite's time; `make test-slow` runs only them, and CI (.ci/run) runs both.
-# `make test-all` runs the whole suite in one pytest session.
+# `make test` runs the whole suite in one pytest session, as CI (.ci/run) does: one set of servers
+# per worker, and the slow cases (SIGKILL rounds, clusters, multi-run jobs: most of the time) dealt
+# first, the rest filling in behind them (tests/conftest.py). `make test-fast` leaves the slow ones
+# out, for a quick loop; `make test-slow` runs only them.
 test: setup lint typecheck
+	$(PYTEST)
+
+test-fast: setup lint typecheck
 	$(PYTEST) -m "not slow"
 
 test-slow: setup
 	$(PYTEST) -m slow
-
-test-all: setup lint typecheck
-	$(PYTEST)
 
 lint: setup
 	$(VENV)/bin/ruff check .

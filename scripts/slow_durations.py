@@ -1,4 +1,4 @@
-"""Write tests/slow_durations.json from the JUnit XML of a ``make test-slow`` run.
+"""Write tests/slow_durations.json from the JUnit XML of a ``make test`` (or ``make test-slow``) run.
 
 The file gives each slow test's seconds; tests/conftest.py starts the slow tests longest first
 under pytest-xdist (``deal_slow_first``). Refresh it after a CI rehearsal when slow tests were

@@ -144,7 +144,7 @@ pytest_plugins = ["postgres_server", "kafka_broker", "pulsar_broker", "pravega_s
 
 # Tests whose delta-spark variant is ``slow``: each delta-spark MERGE is several Spark jobs, and
 # these variants took 40-170 s each in a CI rehearsal of 2026-12-02 (about 7 minutes of `make
-# test` on 2 cores, 839 CPU-bound seconds of its workers). `make test` keeps the delta-spark
+# test` on 2 cores, 839 CPU-bound seconds of its workers). `make test-fast` keeps the delta-spark
 # cases of the sink contract that commit a batch or two; CI runs all of them.
 SLOW_ON_DELTA_SPARK = frozenset({
     "test_crash_and_restart_is_exact", "test_keys_of_every_kind_through_one_stream",  # test_pipeline.py

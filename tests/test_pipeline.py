@@ -58,7 +58,7 @@ def create_table(admin: pymysql.connections.Connection, name: str = "t", rows: i
 # files and the driver commits them the same way on both, and the SIGKILL suite covers the
 # rest on delta-spark (CI time: each delta-spark MERGE is several Spark jobs; the engine's own
 # contract is tests/test_delta_tables.py and tests/test_sink_contract.py). The delta-spark cases
-# below are `slow` (tests/conftest.py, SLOW_ON_DELTA_SPARK): `make test-slow` and CI run them.
+# below are `slow` (tests/conftest.py, SLOW_ON_DELTA_SPARK): `make test` and CI run them.
 # delta-rs writes the mirror with deletion vectors (sink.deletion_vectors: auto, its own commits);
 # the copy-on-write mirror (deletion_vectors: false) runs the cases where the mirror is written,
 # and the SIGKILLs.
