@@ -55,11 +55,19 @@ if [[ ! -x "$VENV/bin/python" ]]; then
   echo "setup: creating virtualenv $VENV"
   "$PYTHON" -m venv "$VENV"
 fi
-"$VENV/bin/python" -m pip install -q --upgrade pip
+# uv (from PyPI) installs the packages: it downloads them side by side, and builds PySpark's sdist
+# (400 MB of jars) in place of pip's copy upon copy; pip does it when uv cannot be had.
+install() {
+  if "$VENV/bin/python" -m pip install -q uv 2>/dev/null; then
+    "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" "$@"
+  else
+    "$VENV/bin/python" -m pip install -q "$@"
+  fi
+}
 echo "setup: installing spark-cdc[$EXTRAS] into $VENV"
-"$VENV/bin/python" -m pip install -q -e ".[$EXTRAS]"
+install -e ".[$EXTRAS]"
 # optional: a build failure leaves the pymysql and connectorx backends (tests/test_fetch.py skips it)
-"$VENV/bin/python" -c 'import MySQLdb' 2>/dev/null || "$VENV/bin/python" -m pip install -q -e ".[mysqlclient]" \
+"$VENV/bin/python" -c 'import MySQLdb' 2>/dev/null || install -e ".[mysqlclient]" \
   || echo "setup: WARNING: mysqlclient did not build (see above); its tests will be skipped" >&2
 # Spark's Python processes import PySpark from its zips, compiling it in each one: add bytecode
 # (and leave out the test modules, whose entries each process's zip importers read again)
