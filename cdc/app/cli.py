@@ -19,7 +19,7 @@ Commands:
   pipeline run      run a Spark Declarative Pipeline (``spark-pipeline.yml``) that reads a source
                     through ``cdc.app.pipelines``, with the project's jars and a kept catalog.
   follow-topic      keep Delta tables up to date from a job's stream-store topics (Kafka:
-                    docs/sinks/kafka.md, Pulsar: docs/sinks/pulsar.md).
+                    docs/sinks/kafka.md, Pulsar: docs/sinks/pulsar.md, Pravega: docs/sinks/pravega.md).
   config-reference  print every config key with its default and meaning (Markdown).
   version           print versions of spark-cdc and the engines it uses.
 
