@@ -168,7 +168,13 @@ class PravegaStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         cap = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         seq = int(start["seq"]) + 1
         run = Path(self.folder) / f"{seq:010d}-{uuid.uuid4().hex[:8]}"
-        reads = self._read_all(start, run, seq, cap)
+        try:
+            reads = self._read_all(start, run, seq, cap)
+        except _OURS:
+            raise
+        except BaseException as exc:  # a client call outside _call (release, offline, stream cut) panicked
+            raise PravegaReadFailed(f"Pravega: reading the followed streams failed: {exc}: check the "
+                                    f"controller and the segment store; restart the follower") from None
         new = {s: r for s, r in reads.items() if r.events}
         for r in reads.values():
             if not r.events:
@@ -267,11 +273,17 @@ class PravegaStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 yield staged.get_batch(i)
 
 
+_OURS = (KeyboardInterrupt, SystemExit, GeneratorExit, CdcError)
+
+
 def _call(what: str, fn: Any, *args: Any) -> Any:
-    """A client call; its failure (the client raises plain errors) as :class:`PravegaReadFailed`."""
+    """A client call; its failure as :class:`PravegaReadFailed` (the client raises plain errors, and
+    when its retries run out it panics: pyo3's ``PanicException``, a ``BaseException``)."""
     try:
         return fn(*args)
-    except Exception as exc:
+    except _OURS:
+        raise
+    except BaseException as exc:
         raise PravegaReadFailed(f"Pravega: {what}: {exc}: check `controller_uri` and that the "
                                 f"controller and the segment store run; restart the follower") from None
 
@@ -294,7 +306,9 @@ async def _read_stream(group_reader: tuple[Any, Any], stream: str, group: str, p
         while cap is None or n + len(values) < cap:
             try:
                 slice_ = await reader.get_segment_slice_async()
-            except Exception as exc:
+            except _OURS:
+                raise
+            except BaseException as exc:  # a panic too (see _call)
                 raise PravegaReadFailed(f"Pravega: read {stream}: {exc}: check the segment store; "
                                         f"restart the follower", stream=stream) from None
             got = 0
