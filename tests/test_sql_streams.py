@@ -1,5 +1,5 @@
 """``python -m cdc sql`` over a job's Pravega streams (cdc/app/sql.py, sinks/pravega/catalog.py):
-each of the job's tables whose stream exists is a view named after the stream, one row per
+each table of the job's schema history is a view named after its stream, one row per
 event, decoded with the job's schema history (an event written before a DDL with the version
 before it). The real job writes into the session's real Pravega; the Pravega client has wheels
 for Python < 3.12 only, so the test is skipped on newer ones.
@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from cdc.app.cli import main
 from cdc.app.config import parse_config
 from cdc.app.runner import JobRunner, catalog_dir
 from cdc.app.sandbox.mysql import Sandbox
@@ -27,17 +29,19 @@ pytestmark = [pytest.mark.slow,
 
 def test_a_jobs_streams_are_views_decoded_with_its_schema_history(
         spark: Any, mysql_server: Sandbox, pravega_server: PravegaSandbox, database: str, admin: Any,
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     with admin.cursor() as cur:
         cur.execute("CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(20))")
         cur.execute("INSERT INTO items VALUES " + ",".join(f"({i}, 'n{i}')" for i in range(1, 6)))
-    config = parse_config({
-        "source": {"hostname": mysql_server.cdc.host, "port": mysql_server.cdc.port,
-                   "username": mysql_server.cdc.user, "password": mysql_server.cdc.password,
-                   "tables": [f"{database}\\..*"], "server_id": "5430-5433"},
-        "sink": {"type": "pravega", "controller_uri": pravega_server.controller_uri, "topic_prefix": f"q{database}",
-                 "segments": 2, "staging_path": str(tmp_path / "staging")},
-        "checkpoint": str(tmp_path / "checkpoint")}, warn_plain_password=False)
+    monkeypatch.setenv("TEST_SQL_STREAMS_PASSWORD", mysql_server.cdc.password)
+    raw = {"source": {"hostname": mysql_server.cdc.host, "port": mysql_server.cdc.port,
+                      "username": mysql_server.cdc.user, "password": "${TEST_SQL_STREAMS_PASSWORD}",
+                      "tables": [f"{database}\\..*"], "server_id": "5430-5433"},
+           "sink": {"type": "pravega", "controller_uri": pravega_server.controller_uri,
+                    "topic_prefix": f"q{database}", "segments": 2, "staging_path": str(tmp_path / "staging")},
+           "checkpoint": str(tmp_path / "checkpoint")}
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(raw))
+    config = parse_config(raw)
     JobRunner(config, spark).run(once=True)
     with admin.cursor() as cur:
         cur.execute("ALTER TABLE items ADD COLUMN qty INT")
@@ -57,3 +61,9 @@ def test_a_jobs_streams_are_views_decoded_with_its_schema_history(
     assert rows == [*({"op": "r", "id": i, "name": f"n{i}", "qty": None, "schema_version": 0} for i in range(1, 6)),
                     {"op": "d", "id": 5, "name": None, "qty": None, "schema_version": 1},
                     {"op": "u", "id": 2, "name": "x", "qty": 7, "schema_version": 1}], out
+
+    # the command: the job file gives the views (the test's session is the one the command gets)
+    capsys.readouterr()
+    assert main(["sql", "--config", str(tmp_path / "job.yaml"), "--format", "csv",
+                 f"SELECT op, count(*) AS n FROM {view} GROUP BY op ORDER BY op"]) == 0
+    assert capsys.readouterr().out == "op,n\nd,1\nr,5\nu,1\n"
