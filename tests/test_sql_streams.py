@@ -17,10 +17,13 @@ import yaml
 
 from cdc.app.cli import main
 from cdc.app.config import parse_config
+from cdc.app.follow import stream_sink
 from cdc.app.runner import JobRunner, catalog_dir
 from cdc.app.sandbox.mysql import Sandbox
 from cdc.app.sandbox.pravega import PravegaSandbox
-from cdc.app.sql import run_sql, stream_views
+from cdc.app.sql import QueryFailed, run_sql, schema_history, stream_views
+from cdc.model.schema import TableId
+from sinks.pravega.catalog import register_views
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(sys.version_info >= (3, 12), reason="the Pravega client (pravega 0.3.8) "
@@ -61,6 +64,13 @@ def test_a_jobs_streams_are_views_decoded_with_its_schema_history(
     assert rows == [*({"op": "r", "id": i, "name": f"n{i}", "qty": None, "schema_version": 0} for i in range(1, 6)),
                     {"op": "d", "id": 5, "name": None, "qty": None, "schema_version": 1},
                     {"op": "u", "id": 2, "name": "x", "qty": 7, "schema_version": 1}], out
+
+    # a view whose stream is not there: the query fails with the reader's error, naming the stream
+    ghost = TableId(database, "never_written")
+    register_views(spark, stream_sink(config), {ghost: schema_history(config)[TableId(database, "items")]})
+    with pytest.raises(QueryFailed, match=f"Pravega has no stream spark-cdc/q{database}.{database}.never-written"
+                                          .replace("_", "-").replace(".", r"\.")):
+        run_sql(catalog, f"SELECT count(*) FROM q{database}_{database}_never_written", spark=spark)
 
     # the command: the job file gives the views (the test's session is the one the command gets)
     capsys.readouterr()

@@ -58,8 +58,7 @@ def run_sql(catalog: str | Path, query: str, fmt: str = "table", spark: Any | No
     try:
         table = session.sql(query).toArrow()
     except Exception as exc:  # AnalysisException, ParseException: one line naming the problem
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise QueryFailed(f"the query failed: {first}") from None
+        raise QueryFailed(f"the query failed: {_problem(exc)}") from None
     rows = table.to_pylist()
     if fmt == "json":
         return "".join(json.dumps(r, default=str) + "\n" for r in rows)
@@ -70,6 +69,17 @@ def run_sql(catalog: str | Path, query: str, fmt: str = "table", spark: Any | No
         writer.writerows(rows)
         return out.getvalue()
     return _table_text(table.column_names, rows)
+
+
+def _problem(exc: Exception) -> str:
+    """The line of a failed query's error that names the problem: Spark's first line, or, when a
+    Python worker failed (a stream view's reader), the error the worker raised (its last line)."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    if lines[0].startswith("An exception was thrown from the Python worker"):
+        return lines[-1]
+    return lines[0]
 
 
 def stream_views(config: JobConfig) -> Views | None:
