@@ -216,15 +216,22 @@ class PravegaStreamsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         manager, scope = self._client(), self.config.scope
         cut = None
         if at is not None:
-            holder = _call(f"open reader group {at['group']}", manager.create_reader_group,
-                           at["group"], scope, stream, False, None)
-            cut = holder.get_streamcut()
-            if _cut(holder) != at["cut"]:
-                raise PositionLost(
-                    f"Pravega stream {scope}/{stream}: reader group {at['group']} should hold the "
-                    f"position {at['cut']} of the follower's last micro-batch but holds {_cut(holder)}: "
-                    f"it was deleted or read by another program; rebuild the Delta tables (a new --target "
-                    f"and --checkpoint) to read the stream again from its head", stream=stream)
+            lost = (f"Pravega stream {scope}/{stream}: reader group {at['group']} should hold the position "
+                    f"{at['cut']} of the follower's last micro-batch but %s: it was deleted or read by another "
+                    f"program; rebuild the Delta tables (a new --target and --checkpoint) to read the stream "
+                    f"again from its head")
+            try:
+                holder = manager.create_reader_group(at["group"], scope, stream, False, None)
+                cut, held = holder.get_streamcut(), _cut(holder)
+            except _OURS:
+                raise
+            except BaseException as exc:  # a panic too (see _call)
+                if "TableDoesNotExist" in str(exc):  # its state is gone: the group was deleted
+                    raise PositionLost(lost % "its state is gone", stream=stream) from None
+                raise PravegaReadFailed(f"Pravega: open reader group {at['group']}: {exc}: check "
+                                        f"`controller_uri` and the servers; restart the follower") from None
+            if held != at["cut"]:
+                raise PositionLost(lost % f"holds {held}", stream=stream)
         group = _call(f"create reader group {name}", manager.create_reader_group, name, scope, stream, False, cut)
         return group, group.create_reader("follower")
 
