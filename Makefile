@@ -73,6 +73,7 @@ bench: setup
 	$(PY) benchmarks/peers.py --source postgres --scale 100
 	$(PY) benchmarks/kafka_bench.py --scale 1
 	$(PY) benchmarks/pulsar_bench.py --scale 1
+	$(PY) benchmarks/pravega_bench.py --scale 1
 
 # Every benchmark in its quick form (fewer phases, smaller tables): under 10 minutes on 2 cores. Results
 # land in benchmarks/results/*-quick.json; benchmarks/readme_tables.py renders the tables of README and docs/performance/history.md from them.
@@ -84,6 +85,7 @@ bench-quick: setup
 	$(PY) benchmarks/peers.py --source postgres --scale 1 --quick
 	$(PY) benchmarks/kafka_bench.py --scale 1 --quick
 	$(PY) benchmarks/pulsar_bench.py --scale 1 --quick
+	$(PY) benchmarks/pravega_bench.py --scale 1 --quick
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .demo .bench *.egg-info build/site

@@ -1,4 +1,5 @@
-"""What the stream-store benchmarks share (benchmarks/kafka_bench.py, benchmarks/pulsar_bench.py).
+"""What the stream-store benchmarks share (benchmarks/kafka_bench.py, benchmarks/pulsar_bench.py,
+benchmarks/pravega_bench.py).
 
 A measured :class:`Line`; :class:`CommitTimer` around a sink's driver-side ``commit``; the common
 command-line options; and :func:`run_bench`, the run itself: a throwaway broker and a throwaway
@@ -106,15 +107,16 @@ def parse_args(doc: str | None, argv: list[str] | None = None,
 
 
 def job_config(table: CustomerTable, args: argparse.Namespace, work: Path, sink: dict[str, Any],
-               server_ids: str) -> JobConfig:
+               server_ids: str, count_key: str = "partitions") -> JobConfig:
     """The benchmarked job: the customer table, ``args``' chunking, into ``sink`` (a store's
-    connection keys) with the shared topic prefix, partitions, encoding and staging folder."""
+    connection keys) with the shared topic prefix, partitions (``count_key``: the store's word for
+    them, Pravega's ``segments``), encoding and staging folder."""
     c = table.box.cdc
     return parse_config({
         "source": {"hostname": c.host, "port": c.port, "username": c.user, "password": c.password,
                    "tables": [f"{table.database}\\.{table.table}"], "chunk_size": args.chunk_size,
                    "chunks_per_batch": args.chunks_per_batch, "server_id": server_ids},
-        "sink": {**sink, "topic_prefix": "bench", "partitions": args.partitions, "schemas_enable": not args.no_schemas,
+        "sink": {**sink, "topic_prefix": "bench", count_key: args.partitions, "schemas_enable": not args.no_schemas,
                  "staging_path": str(work / "staging")},
         "checkpoint": str(work / "checkpoint"), "parallelism": args.parallelism,
     }, warn_plain_password=False)

@@ -30,6 +30,7 @@ _SINKS: dict[str, tuple[str, str]] = {
 _FOLLOWERS: dict[str, str] = {
     "kafka": "sinks.kafka.follow:KafkaFollower",
     "pulsar": "sinks.pulsar.follow:PulsarFollower",
+    "pravega": "sinks.pravega.follow:PravegaFollower",
 }
 
 SINK_NAMES: tuple[str, ...] = tuple(sorted(_SINKS))
@@ -90,7 +91,7 @@ def follower_class(name: str) -> type[StreamFollower]:
         ConfigError: the sink's topics cannot be followed.
     """
     if name not in _FOLLOWERS:
-        raise ConfigError(f"follow-topic reads the topics of a {' or '.join(FOLLOWER_NAMES)} sink, "
+        raise ConfigError(f"follow-topic reads the topics of a {', '.join(FOLLOWER_NAMES)} sink, "
                           f"not of {name!r}", key="sink.type")
     loaded: type[StreamFollower] = _load(_FOLLOWERS[name])
     return loaded

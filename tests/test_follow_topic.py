@@ -1,6 +1,8 @@
 """Topic -> Delta follower (sinks/follow.py, ``python -m cdc follow-topic``) against real servers,
-for each stream store: Kafka (sinks/kafka/follow.py, Spark's Kafka source, read_committed) and
-Pulsar (sinks/pulsar/follow.py, the project's Python data source over Pulsar Readers).
+for each stream store: Kafka (sinks/kafka/follow.py, Spark's Kafka source, read_committed),
+Pulsar (sinks/pulsar/follow.py, the project's Python data source over Pulsar Readers) and Pravega
+(sinks/pravega/follow.py, the project's Python data source over reader groups, staging what the
+driver read; the Pravega client has wheels for Python < 3.12 only, so it is skipped on newer ones).
 
 The real job captures a MariaDB table into the real broker; the follower reads the topic and
 MERGEs it into Delta. After the snapshot, and again after inserts, updates, deletes and
@@ -13,6 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import sys
+from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -34,17 +38,36 @@ from cdc.model.errors import ConfigError
 from cdc.model.schema import TableId
 from sinks.delta.tables import read_table
 from sinks.follow import followed_tables
+from sinks.pravega.config import PravegaSinkConfig
 
 COLUMNS = ("id", "name", "amount", "created", "t")
+NO_PRAVEGA_CLIENT = pytest.mark.skipif(sys.version_info >= (3, 12), reason="the Pravega client "
+                                       "(pravega 0.3.8) has wheels for CPython 3.10 and 3.11 only")
+
+
+@dataclass(frozen=True)
+class PravegaStore:
+    """The session's Pravega as the job's stream store (tests/pravega_server.py): the ``sink:``
+    entry of streams ``<prefix>.<db>.<table>`` (2 segments), staging under the workdir."""
+
+    server: Any
+    kind: str = "pravega"
+
+    def sink(self, workdir: Path, prefix: str) -> dict[str, Any]:
+        return {"type": "pravega", "controller_uri": self.server.controller_uri, "topic_prefix": prefix,
+                "segments": 2, "staging_path": str(workdir / "pravega-staging")}
 
 
 @pytest.fixture
-def store(request: pytest.FixtureRequest) -> StreamStore:
-    """The stream store a test is parametrized with (``kafka``, ``pulsar``), on the session's broker."""
+def store(request: pytest.FixtureRequest) -> StreamStore | PravegaStore:
+    """The stream store a test is parametrized with (``kafka``, ``pulsar``, ``pravega``), on the
+    session's server."""
+    if request.param == "pravega":
+        return PravegaStore(request.getfixturevalue("pravega_server"))
     return stream_store(request)
 
 
-def job(box: Sandbox, database: str, store: StreamStore, workdir: Path, schemas_enable: bool = True,
+def job(box: Sandbox, database: str, store: StreamStore | PravegaStore, workdir: Path, schemas_enable: bool = True,
         **sink: Any) -> JobConfig:
     raw = {
         "source": {"hostname": box.cdc.host, "port": box.cdc.port, "username": box.cdc.user,
@@ -53,6 +76,17 @@ def job(box: Sandbox, database: str, store: StreamStore, workdir: Path, schemas_
         "sink": sink or {**store.sink(workdir, f"f{database}"), "schemas_enable": schemas_enable},
         "checkpoint": str(workdir / "checkpoint"), "parallelism": 2}
     return parse_config(raw, warn_plain_password=False)
+
+
+def events_in_stream(store: StreamStore | PravegaStore, config: JobConfig, database: str) -> int:
+    """How many events the items table's Pravega stream holds (0 for the other stores: unused)."""
+    if not isinstance(store, PravegaStore):
+        return 0
+    from pravega_server import read_stream
+
+    sink = stream_sink(config)
+    assert isinstance(sink, PravegaSinkConfig)
+    return len(read_stream(sink.controller_uri, sink.scope, sink.topic(TableId(database, "items"))))
 
 
 def source_rows(box: Sandbox, database: str) -> list[tuple[Any, ...]]:
@@ -69,9 +103,10 @@ def delta_rows(target: Path, database: str) -> list[tuple[Any, ...]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("store", "schemas_enable"), [("kafka", True), ("kafka", False), ("pulsar", True)],
-                         indirect=["store"])
-def test_follower_keeps_delta_equal_to_the_source(store: StreamStore, schemas_enable: bool, spark: Any,
+@pytest.mark.parametrize(("store", "schemas_enable"), [
+    ("kafka", True), ("kafka", False), ("pulsar", True),
+    pytest.param("pravega", True, marks=NO_PRAVEGA_CLIENT)], indirect=["store"])
+def test_follower_keeps_delta_equal_to_the_source(store: StreamStore | PravegaStore, schemas_enable: bool, spark: Any,
                                                   mysql_server: Sandbox, database: str, admin: Any,
                                                   tmp_path: Path) -> None:
     with admin.cursor() as cur:
@@ -85,6 +120,7 @@ def test_follower_keeps_delta_equal_to_the_source(store: StreamStore, schemas_en
     JobRunner(config, spark).run(once=True)
     follow_topics(config, str(target), once=True, spark=spark)
     assert delta_rows(target, database) == source_rows(mysql_server, database)
+    snapshot_events = events_in_stream(store, config, database)
 
     with admin.cursor() as cur:
         cur.execute("UPDATE items SET name = CONCAT(name, '-u'), amount = amount + 1 WHERE id % 7 = 0")
@@ -99,10 +135,14 @@ def test_follower_keeps_delta_equal_to_the_source(store: StreamStore, schemas_en
     expected = source_rows(mysql_server, database)
     assert delta_rows(target, database) == expected
     assert {5, 1005, 500} <= {r[0] for r in expected} and 6 not in {r[0] for r in expected}
+    checkpoint = CheckpointFiles(str(target / "_checkpoints" / "follow-topic"))
+    if isinstance(store, PravegaStore):  # the second run went on from the first's position: each event once
+        stream = stream_sink(config).topic(TableId(database, "items"))
+        last = checkpoint.offset(checkpoint.last("offsets") or 0)["streams"][stream]
+        assert last["events"] == events_in_stream(store, config, database) - snapshot_events > 0
 
     # Delta holds the last micro-batch, Spark's commit log loses it: Spark replays it (the same
     # offsets, so the same messages), and the MERGE finds its app transaction and changes nothing.
-    checkpoint = CheckpointFiles(str(target / "_checkpoints" / "follow-topic"))
     last = checkpoint.last("commits")
     assert last is not None and last > 0
     for name in (str(last), f".{last}.crc"):
@@ -119,7 +159,7 @@ def test_follower_refuses_a_job_without_a_stream_store_and_a_keyless_table(
         store: StreamStore, mysql_server: Sandbox, database: str, tmp_path: Path) -> None:
     config = job(mysql_server, database, store, tmp_path)
     delta_only = job(mysql_server, database, store, tmp_path, type="delta", path=str(tmp_path / "lake"))
-    with pytest.raises(ConfigError, match="no `type: kafka` or `type: pulsar` sink"):
+    with pytest.raises(ConfigError, match="no `type: kafka`, `type: pravega` or `type: pulsar` sink"):
         stream_sink(delta_only)
     assert stream_sink(config, "kafka") is config.sink[0]
     with pytest.raises(ConfigError, match="no `type: pulsar` sink"):
@@ -140,6 +180,6 @@ def test_follow_topic_command_names_the_fix(tmp_path: Path, mysql_server: Sandbo
         "sink": {"path": str(tmp_path / "lake")}, "checkpoint": str(tmp_path / "checkpoint")}))
     assert main(["follow-topic", "--config", str(path), "--target", str(tmp_path / "delta")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["error: sink: the job has no `type: kafka` or `type: pulsar` sink: follow-topic reads "
+    assert err == ["error: sink: the job has no `type: kafka`, `type: pravega` or `type: pulsar` sink: follow-topic reads "
                    "the topics a stream-store sink writes; add one to `sink:`"]
     assert mysql_server.cdc.password not in "\n".join(err)

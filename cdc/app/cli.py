@@ -11,7 +11,7 @@ Commands:
                     lists every prerequisite on the source (grants, log settings, retention) with
                     the statement that fixes each missing one, and runs the start-up checks.
   sql               a SQL query over the job's tables by name: ``--config job.yaml "SELECT ..."``
-                    (or ``--catalog DIR``).
+                    (or ``--catalog DIR``); a Pravega sink's streams are views too.
   demo              a throwaway MariaDB or PostgreSQL with TPC-DS customer, the job into Delta,
                     Kafka or Pulsar, changes, and the result read back.
   sandbox           a throwaway server (``mysql``, ``postgres``, ``kafka``, ``pulsar``, ``pravega``) on free
@@ -19,7 +19,7 @@ Commands:
   pipeline run      run a Spark Declarative Pipeline (``spark-pipeline.yml``) that reads a source
                     through ``cdc.app.pipelines``, with the project's jars and a kept catalog.
   follow-topic      keep Delta tables up to date from a job's stream-store topics (Kafka:
-                    docs/sinks/kafka.md, Pulsar: docs/sinks/pulsar.md).
+                    docs/sinks/kafka.md, Pulsar: docs/sinks/pulsar.md, Pravega: docs/sinks/pravega.md).
   config-reference  print every config key with its default and meaning (Markdown).
   version           print versions of spark-cdc and the engines it uses.
 
@@ -169,16 +169,17 @@ def _cmd_follow_topic(args: argparse.Namespace) -> int:
 def _cmd_sql(args: argparse.Namespace) -> int:
     from cdc.app.config import load_config
     from cdc.app.runner import catalog_dir
-    from cdc.app.sql import run_sql
+    from cdc.app.sql import run_sql, stream_views
 
-    directory = args.catalog
+    directory, views = args.catalog, None
     if directory is None:
         try:
-            directory = catalog_dir(load_config(args.config))
+            config = load_config(args.config)
         except ConfigError as exc:
             return _fail(exc, args.config)
+        directory, views = catalog_dir(config), stream_views(config)
     try:
-        print(run_sql(directory, args.query, args.format), end="", flush=True)
+        print(run_sql(directory, args.query, args.format, views=views), end="", flush=True)
     except CdcError as exc:
         return _fail(exc)
     return EXIT_OK

@@ -1,6 +1,6 @@
 """``python -m cdc follow-topic``: keep Delta tables up to date from a job's stream-store topics.
 
-Reads the job file for its stream-store sink (Kafka or Pulsar: brokers, topic prefix, encodings) and its
+Reads the job file for its stream-store sink (Kafka, Pulsar or Pravega: brokers, topic prefix, encodings) and its
 source (the tables and their schemas: the source is connected once, for the start-up checks),
 then runs the store's :class:`sinks.follow.StreamFollower` until Ctrl-C/SIGTERM, or once
 (``--once``). Runs on the driver; a local Spark session unless spark-submit started one.
@@ -32,7 +32,8 @@ def stream_sink(config: JobConfig, sink_type: str | None = None) -> StreamSinkCo
     for sink in config.sink:
         if isinstance(sink, StreamSinkConfig) and sink.type in FOLLOWER_NAMES and sink_type in (None, sink.type):
             return sink
-    kinds = " or ".join(f"`type: {k}`" for k in ([sink_type] if sink_type else FOLLOWER_NAMES))
+    names = [f"`type: {k}`" for k in ([sink_type] if sink_type else FOLLOWER_NAMES)]
+    kinds = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
     raise ConfigError(f"sink: the job has no {kinds} sink: follow-topic reads the topics a "
                       f"stream-store sink writes; add one to `sink:`", key="sink")
 
