@@ -24,12 +24,12 @@ from pipeline import (
     STREAM_STORES,
     StreamStore,
     TopicMessage,
-    key_of_event,
     _identity,
     _normalize,
     _ReadOnlyHistory,
     assert_tombstones,
     kafka_sink,
+    key_of_event,
     stream_store,
     writing,
 )
