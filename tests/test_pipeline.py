@@ -378,7 +378,7 @@ def test_stream_store_snapshot_with_concurrent_writers_is_exact(store: StreamSto
     # Pravega: its stream's transaction committed, the control stream's `committed` record not
     # written (the restart finds `prepared` and a closed transaction: it records the batch, the
     # replay writes nothing); after that record, Spark's commit log not: tests/test_kafka_postgres.py
-    ("pravega", "sink_commit", 1),
+    pytest.param("pravega", "sink_commit", 1, marks=pytest.mark.slow),  # ~50 s: each read-back waits out the reader
 ], indirect=["store"])
 def test_stream_store_crash_and_restart_is_exact(store: StreamStore, point: str, after: int,
                                                  stream_pipeline: Pipeline, admin: Any,
@@ -474,6 +474,7 @@ class KillServerAt:
             os.killpg(self.pgid, signal.SIGKILL)
 
 
+@pytest.mark.slow
 def test_pravega_killed_mid_batch_stops_the_job_naming_the_controller_and_the_batch_is_replayed(
         stream_pipeline: Pipeline, admin: Any, tmp_path: Path) -> None:
     """A server of its own (the session's stays up), SIGKILLed after the sink wrote the first
