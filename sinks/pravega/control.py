@@ -4,16 +4,19 @@ Driver side. The Pravega Python client holds the GIL while a call waits, and a b
 write or flush to a segment store that went away waits for ever (seen with ``pravega`` 0.3.8: no
 answer after 400 s, where the controller's calls give up after about 60 s and a transaction's
 commit after 120 s). A thread cannot time such a call out, so :class:`ControlStreams` runs the
-byte-stream calls in a process of their own (spawned: a fork would not have the client's
-threads) and waits for each answer at most ``operation_timeout_s``; one that comes too late
-kills the helper and raises :class:`ControlTimeout`. The helper exits when its pipe closes
-(the driver died).
+byte-stream calls in a process of their own (``python -m sinks.pravega.control``: a fork would
+not have the client's threads, and multiprocessing's spawn would import the driver's main
+script again) and waits for each answer at most ``operation_timeout_s``; one that comes too late
+kills the helper and raises :class:`ControlTimeout`. The helper exits when its pipe closes (the
+driver died).
 """
 
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
+import os
+import subprocess
+import sys
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -34,11 +37,15 @@ class ControlStreams:
 
     def __init__(self, config: PravegaSinkConfig) -> None:
         self.timeout_s = config.operation_timeout_s
-        context = multiprocessing.get_context("spawn")
-        self.conn, child = context.Pipe()
-        self.proc = context.Process(target=_serve, args=(child, config), name="pravega-control", daemon=True)
-        self.proc.start()
-        child.close()
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        self.proc = subprocess.Popen([sys.executable, "-m", "sinks.pravega.control"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, env=env)
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.requests = Connection(os.dup(self.proc.stdin.fileno()), readable=False)
+        self.answers = Connection(os.dup(self.proc.stdout.fileno()), writable=False)
+        self.proc.stdin.close()
+        self.proc.stdout.close()
+        self.requests.send(config)
 
     def newest_record(self, stream: str, job_id: str) -> dict[str, Any] | None:
         """The newest record of ``job_id`` in ``stream`` (None: none)."""
@@ -51,8 +58,8 @@ class ControlStreams:
 
     def _ask(self, op: str, *args: Any) -> Any:
         try:
-            self.conn.send((op, args))
-            answered = self.conn.poll(self.timeout_s)
+            self.requests.send((op, args))
+            answered = self.answers.poll(self.timeout_s)
         except (OSError, EOFError) as exc:
             self.close()
             raise ControlTimeout(f"the control stream's helper is gone ({exc})") from None
@@ -60,27 +67,38 @@ class ControlStreams:
             self.close()
             raise ControlTimeout(f"no answer from Pravega in operation_timeout_s={self.timeout_s:g} s "
                                  f"({op} on the control stream {args[0]})")
-        ok, value = self.conn.recv()
+        try:
+            ok, value = self.answers.recv()
+        except (OSError, EOFError) as exc:
+            self.close()
+            raise ControlTimeout(f"the control stream's helper is gone ({exc})") from None
         if not ok:
             raise RuntimeError(value)
         return value
 
     def close(self) -> None:
         """Stop the helper (never raises)."""
-        with contextlib.suppress(Exception):
-            self.conn.close()
-        if self.proc.is_alive():
+        for conn in (self.requests, self.answers):
+            with contextlib.suppress(Exception):
+                conn.close()
+        if self.proc.poll() is None:
             self.proc.kill()
-        self.proc.join(timeout=10)
+        with contextlib.suppress(Exception):
+            self.proc.wait(timeout=10)
 
 
-def _serve(conn: Connection, config: PravegaSinkConfig) -> None:
-    """The helper's loop: answer ``(op, args)`` requests with ``(ok, value)`` until the pipe closes."""
+def _serve(requests: Connection, answers: Connection) -> None:
+    """The helper's loop: the config first, then ``(op, args)`` requests answered with
+    ``(ok, value)``, until the pipe closes."""
+    try:
+        config: PravegaSinkConfig = requests.recv()
+    except (EOFError, OSError):
+        return
     manager = stream_manager(config)
     streams: dict[str, Any] = {}
     while True:
         try:
-            op, args = conn.recv()
+            op, args = requests.recv()
         except (EOFError, OSError):
             return
         try:
@@ -93,6 +111,12 @@ def _serve(conn: Connection, config: PravegaSinkConfig) -> None:
                 stream.write(args[1])
                 stream.flush()
                 value = None
-            conn.send((True, value))
+            answers.send((True, value))
         except Exception as exc:
-            conn.send((False, f"{op} on {args[0]}: {exc}"))
+            answers.send((False, f"{op} on {args[0]}: {exc}"))
+
+
+if __name__ == "__main__":  # the helper: requests on stdin, answers on the original stdout
+    _answers = Connection(os.dup(1), readable=False)
+    os.dup2(2, 1)  # anything else printed goes to stderr, not into the answers
+    _serve(Connection(os.dup(0), writable=False), _answers)

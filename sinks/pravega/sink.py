@@ -154,7 +154,7 @@ class PravegaSink(StreamCommitter, Sink):
         self._call(f"create scope {scope}", self.manager.create_scope, scope)
         names = self._call(f"list the streams of {scope}", self.manager.list_stream, scope)
         self.old_controls = [name for _, name in control_streams(names, control, self.job_id)]
-        self.controls = controls = ControlStreams(self.pravega)
+        self.controls = controls = self._call("start the control streams' helper", ControlStreams, self.pravega)
         record = None
         for name in reversed(self.old_controls):
             record = self._call(f"read {name}", controls.newest_record, name, self.job_id)
