@@ -13,6 +13,7 @@ import contextlib
 import functools
 import json
 import random
+import re
 import shutil
 import threading
 from collections import Counter
@@ -23,6 +24,7 @@ from typing import Any, Protocol, Self
 
 import pyarrow as pa
 import pymysql
+import pytest
 from faults import FileFaults
 
 from binlog.mysql.positions import BinlogOffset, ChangePosition
@@ -366,7 +368,7 @@ def writing(*writers: Writer) -> Iterator[None]:
         raise failures[0]
 
 
-# ---------------------------------------------------------------- the stream stores (Kafka, Pulsar)
+# ------------------------------------------------------- the stream stores (Kafka, Pulsar, Pravega)
 
 class HasWorkdir(Protocol):
     workdir: Path
@@ -388,13 +390,22 @@ def pulsar_entry(workdir: Path, broker: Any, prefix: str) -> dict[str, Any]:
             "topic_prefix": prefix, "partitions": 3, "staging_path": str(workdir / "pulsar-staging")}
 
 
-STREAM_STORES = ("kafka", "pulsar")
+def pravega_entry(workdir: Path, controller_uri: str, prefix: str) -> dict[str, Any]:
+    """A ``sink:`` entry writing to Pravega (streams ``<prefix>.<db>.<table>`` in the default scope,
+    3 segments, staging under ``workdir``)."""
+    return {"type": "pravega", "controller_uri": controller_uri, "topic_prefix": prefix, "segments": 3,
+            "staging_path": str(workdir / "pravega-staging")}
+
+
+STREAM_STORES = ("kafka", "pulsar", "pravega")
+PRAVEGA_SCOPE = "spark-cdc"  # the Pravega sink's default scope
 
 
 @dataclass(frozen=True)
 class TopicMessage:
     """One message as a plain consumer of a stream store sees it (``value`` None: a tombstone);
-    Kafka's headers and Pulsar's properties alike as ``headers``."""
+    Kafka's headers and Pulsar's properties alike as ``headers``. A Pravega event is its value
+    alone: ``key`` None (its routing key is not stored), ``partition`` 0, no headers."""
 
     partition: int
     key: bytes | None
@@ -405,20 +416,27 @@ class TopicMessage:
 @dataclass(frozen=True)
 class StreamStore:
     """A stream store the exactly-once suites run against: the ``sink:`` entry of a pipeline and a
-    plain consumer of its topics (tests/kafka_broker.py, tests/pulsar_broker.py: none of the
-    sink's code). ``kind`` is ``kafka`` or ``pulsar``; ``broker`` the session's broker."""
+    plain consumer of its topics (tests/kafka_broker.py, tests/pulsar_broker.py,
+    tests/pravega_server.py: none of the sink's code). ``kind`` is ``kafka``, ``pulsar`` or
+    ``pravega``; ``broker`` the session's broker (Pravega: its server)."""
 
     kind: str
     broker: Any
 
     def sink(self, workdir: Path, prefix: str) -> dict[str, Any]:
-        """The ``sink:`` entry of topics ``<prefix>.<db>.<table>`` (3 partitions), staging under ``workdir``."""
+        """The ``sink:`` entry of topics ``<prefix>.<db>.<table>`` (3 partitions or segments),
+        staging under ``workdir``."""
         if self.kind == "kafka":
             return kafka_entry(workdir, self.broker.bootstrap_servers, prefix)
+        if self.kind == "pravega":
+            return pravega_entry(workdir, self.broker.controller_uri, prefix)
         return pulsar_entry(workdir, self.broker, prefix)
 
     def topic(self, name: str) -> str:
-        """The store's name of a topic the sink calls ``name`` (``<prefix>.<db>.<table>``)."""
+        """The store's name of a topic the sink calls ``name`` (``<prefix>.<db>.<table>``; Pravega's
+        stream names have ``-`` for each character it refuses, ``_`` included)."""
+        if self.kind == "pravega":
+            return re.sub(r"[^a-zA-Z0-9.-]", "-", name)
         return name if self.kind == "kafka" else f"persistent://public/default/{name}"
 
     def messages(self, name: str) -> list[TopicMessage]:
@@ -429,6 +447,11 @@ class StreamStore:
 
             return [TopicMessage(r.partition, r.key, r.value, dict(r.headers))
                     for r in read_topic(self.broker.bootstrap_servers, self.topic(name))]
+        if self.kind == "pravega":
+            from pravega_server import read_stream
+
+            return [TopicMessage(0, None, value, {})
+                    for value in read_stream(self.broker.controller_uri, PRAVEGA_SCOPE, self.topic(name))]
         from pulsar_broker import read_topic as read_pulsar
 
         return [TopicMessage(r.partition, r.key, r.value, {k: v.encode() for k, v in r.properties.items()})
@@ -436,19 +459,36 @@ class StreamStore:
 
     def log(self, name: str, schema: TableSchema) -> list[dict[str, Any]]:
         """Every message of topic ``name`` as changelog-like rows (op, before, after, source); a
-        tombstone is ``op=None``."""
+        tombstone is ``op=None``. The checks follow each key's messages: a Pravega event's key is
+        taken from the event itself (:func:`key_of_event`)."""
         return _as_changes(self.messages(name), schema)
 
     def assert_exact(self, p: Pipeline, prefix: str) -> None:
         """:func:`assert_log_of_topic_exact` on the topic of each of the pipeline's tables."""
         for table_id, schema in p.schemas().items():
             name = f"{prefix}.{p.database}.{table_id.table}"
-            assert_log_of_topic_exact(p, name, self.log(name, schema), table_id.table, schema)
+            assert_log_of_topic_exact(p, name, self.log(name, schema), table_id.table, schema,
+                                      tombstones=self.kind != "pravega")
 
 
 def stream_store(request: Any) -> StreamStore:
-    """The store a test is parametrized with (``request.param``, indirect), on the session's broker."""
+    """The store a test is parametrized with (``request.param``, indirect), on the session's broker.
+    Pravega's case is skipped where its Python client has no wheel (CPython 3.12+)."""
+    if request.param == "pravega":
+        pytest.importorskip("pravega_client", reason="the Pravega client (`pravega`) has wheels for "
+                            "CPython 3.10 and 3.11 only")
+        return StreamStore("pravega", request.getfixturevalue("pravega_server"))
     return StreamStore(request.param, request.getfixturevalue(f"{request.param}_broker"))
+
+
+def key_of_event(op: str, before: dict[str, Any] | None, after: dict[str, Any] | None,
+                 schema: TableSchema) -> bytes:
+    """A change's key as Debezium's key payload JSON, from its own image (the ``before`` of a
+    delete, else the ``after``): for a store whose events carry no key (Pravega routes by it but
+    does not keep it)."""
+    image = before if op == "d" else after
+    assert image is not None, f"a {op} event without its image"
+    return json.dumps({k: image[k] for k in schema.primary_key or schema.column_names}, default=str).encode()
 
 
 def _as_changes(records: list[TopicMessage], schema: TableSchema) -> list[dict[str, Any]]:
@@ -461,7 +501,8 @@ def _as_changes(records: list[TopicMessage], schema: TableSchema) -> list[dict[s
             out.append({"op": None, "key": m.key, "partition": m.partition})
             continue
         s = record.source
-        out.append({"op": record.op, "before": record.before, "after": record.after, "key": m.key,
+        key = m.key if m.key is not None else key_of_event(record.op, record.before, record.after, schema)
+        out.append({"op": record.op, "before": record.before, "after": record.after, "key": key,
                     "partition": m.partition, "source": {"file": s.file, "pos": s.pos, "row": s.row}})
     return out
 
@@ -480,13 +521,18 @@ def assert_tombstones(topic: str, log: list[dict[str, Any]]) -> None:
 
 
 def assert_log_of_topic_exact(p: Pipeline, topic: str, log: list[dict[str, Any]], table: str,
-                              schema: TableSchema) -> None:
+                              schema: TableSchema, tombstones: bool = True) -> None:
     """The Delta checks, on a topic: the newest message per key equals the source table, one r
     message per snapshotted key, each binlog change exactly once iff after its chunk's HW, each
-    key's messages in binlog order, and each delete followed by its tombstone."""
+    key's messages in binlog order (the order a plain consumer reads them in: Kafka's and
+    Pulsar's per partition, Pravega's per segment, each key in one), and each delete followed by
+    its tombstone (``tombstones``; else there is none: Pravega's)."""
     from cdc.model.schema import TableId
 
-    assert_tombstones(topic, log)
+    if tombstones:
+        assert_tombstones(topic, log)
+    else:
+        assert all(r["op"] is not None for r in log), f"{topic}: a tombstone where there are none"
     key = tuple(schema.primary_key or schema.column_names)
     state: dict[Any, dict[str, Any]] = {}
     last_pos: dict[Any, tuple[str, int, int]] = {}

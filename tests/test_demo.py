@@ -1,4 +1,4 @@
-"""``python -m cdc demo --sink kafka [--source postgres]``: the demo into a throwaway Kafka broker.
+"""``python -m cdc demo --sink kafka|pulsar|pravega [--source postgres]``: the demo into a throwaway stream store.
 
 The Delta demo's test lives in tests/test_job.py, and the first one here runs it as `make demo`
 does: ``python -m cdc demo``, in a process of its own, whose Spark session is the one a job starts
@@ -61,6 +61,21 @@ def test_demo_into_pulsar_runs_end_to_end_at_a_small_scale(spark: Any, tmp_path:
 
 
 @pytest.mark.slow
+def test_demo_into_pravega_runs_end_to_end_at_a_small_scale(spark: Any, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """``python -m cdc demo --sink pravega``: its own server, the job twice, the stream read back by a
+    reader group (an event has no key and no tombstone: 1,000 reads, 5 updates, 3 deletes, 2 inserts)."""
+    pytest.importorskip("pravega_client", reason="the Pravega client (`pravega`) has wheels for CPython 3.10 and 3.11 only")
+    from cdc.app.demo import run_demo
+
+    assert run_demo(scale=0.01, workdir=tmp_path / "demo", spark=spark, sink="pravega") == 0
+    out = capsys.readouterr().out
+    assert "starting a throwaway Pravega" in out and "tpcds.customer: 1000 rows" in out
+    assert "spark-cdc/demo.tpcds.customer: 1010 events (c 2, d 3, r 1000, u 5)" in out
+    assert "the newest message of every key equals the source (999 rows), deleted keys end with their delete" in out
+
+
+@pytest.mark.slow
 def test_demo_from_postgres_into_kafka(spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from cdc.app.demo import run_demo
 
@@ -74,5 +89,6 @@ def test_demo_from_postgres_into_kafka(spark: Any, tmp_path: Path, capsys: pytes
 def test_demo_sink_flag() -> None:
     args = build_parser().parse_args(["demo", "--sink", "kafka", "--source", "postgres", "--scale", "0.01"])
     assert (args.sink, args.source, args.scale) == ("kafka", "postgres", 0.01)
+    assert build_parser().parse_args(["demo", "--sink", "pravega"]).sink == "pravega"
     with pytest.raises(SystemExit):
         build_parser().parse_args(["demo", "--sink", "nope"])

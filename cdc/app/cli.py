@@ -251,8 +251,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="the job end to end: a throwaway MariaDB or PostgreSQL into Delta or Kafka")
     p.add_argument("--scale", type=float, default=0.1,
                    help="TPC-DS scale factor (0.1 = 10,000 customers, 1 = 100,000)")
-    p.add_argument("--sink", choices=("delta", "kafka", "pulsar"), default="delta",
-                   help="capture into Delta (default), or into a throwaway Kafka or Pulsar broker as Debezium JSON")
+    p.add_argument("--sink", choices=("delta", "kafka", "pulsar", "pravega"), default="delta",
+                   help="capture into Delta (default), or into a throwaway Kafka or Pulsar broker or Pravega "
+                   "server as Debezium JSON")
     p.add_argument("--source", choices=("mysql", "postgres"), default="mysql",
                    help="capture from a throwaway MariaDB (default) or PostgreSQL")
     p.set_defaults(func=_cmd_demo)

@@ -1,13 +1,14 @@
-"""`make demo`: TPC-DS customer in a throwaway MariaDB, captured into Delta (or Kafka) by the real job.
+"""`make demo`: TPC-DS customer in a throwaway MariaDB, captured into Delta (or a stream store) by the real job.
 
 Steps (each prints what it did):
 
 1. start a throwaway MariaDB (cdc/sandbox.py) and load TPC-DS ``customer`` (cdc/tpcds.py); with
    ``--source postgres`` a throwaway PostgreSQL instead (table ``tpcds.customer`` in database
-   ``tpcds``, loaded with COPY; configs/demo-postgres.yaml); with ``--sink kafka`` (``pulsar``)
-   also a throwaway Kafka (Pulsar) broker (cdc/app/sandbox/kafka.py, pulsar.py);
-2. run the job of ``configs/demo.yaml`` (``configs/demo-kafka.yaml``, ``configs/demo-pulsar.yaml``)
-   with ``--once`` (snapshot,
+   ``tpcds``, loaded with COPY; configs/demo-postgres.yaml); with ``--sink kafka`` (``pulsar``,
+   ``pravega``) also a throwaway Kafka (Pulsar) broker or Pravega standalone server
+   (cdc/app/sandbox/kafka.py, pulsar.py, pravega.py);
+2. run the job of ``configs/demo.yaml`` (``configs/demo-kafka.yaml``, ``configs/demo-pulsar.yaml``,
+   ``configs/demo-pravega.yaml``) with ``--once`` (snapshot,
    then the binlog up to now);
 3. update, delete and insert a few customers;
 4. run the job with ``--once`` again (a restart: it resumes from the checkpoint);
@@ -16,7 +17,9 @@ Steps (each prints what it did):
    ``python -m cdc sql`` command that runs more queries on the same tables.
    Kafka: read the topics back with a plain ``read_committed`` consumer, print the message counts
    per topic and op and a few messages, and check that the newest message of each key equals the
-   source (deleted keys end with a tombstone).
+   source (deleted keys end with a tombstone). Pulsar: the same with a plain reader. Pravega: the
+   same with a reader group (an event has no key and no tombstone: a key's newest event is the
+   newest of its changes, a delete ends it).
 
 Runs on the driver. The work directory (default ``.demo``) is wiped first; the server is removed
 at the end.
@@ -44,11 +47,13 @@ from cdc.model.config import JobConfig
 from cdc.spark.session import environment
 from sinks.delta.config import DeltaSinkConfig
 from sinks.kafka.config import KafkaSinkConfig
+from sinks.pravega.config import PravegaSinkConfig
 from sinks.pulsar.config import PulsarSinkConfig
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 DEMO_CONFIG = CONFIGS / "demo.yaml"
-DEMO_CONFIGS = {"delta": DEMO_CONFIG, "kafka": CONFIGS / "demo-kafka.yaml", "pulsar": CONFIGS / "demo-pulsar.yaml"}
+DEMO_CONFIGS = {"delta": DEMO_CONFIG, "kafka": CONFIGS / "demo-kafka.yaml", "pulsar": CONFIGS / "demo-pulsar.yaml",
+                "pravega": CONFIGS / "demo-pravega.yaml"}
 SOURCE_CONFIGS = {"mysql": DEMO_CONFIG, "postgres": CONFIGS / "demo-postgres.yaml"}
 DATABASE = "tpcds"
 UPDATED = (1, 2, 3, 4, 5)
@@ -62,8 +67,18 @@ def _step(message: str) -> None:
 
 @contextlib.contextmanager
 def _stream_broker(sink: str) -> Iterator[dict[str, str]]:
-    """A throwaway broker for ``--sink kafka``/``pulsar`` (the variables its demo file names),
-    else nothing."""
+    """A throwaway broker for ``--sink kafka``/``pulsar``/``pravega`` (the variables its demo file
+    names), else nothing."""
+    if sink == "pravega":
+        from cdc.app.sandbox.pravega import start_pravega_sandbox
+
+        _step("starting a throwaway Pravega (standalone server, temp folder, free ports, data in memory)")
+        pravega = start_pravega_sandbox()
+        try:
+            yield {"PRAVEGA_CONTROLLER_URI": pravega.controller_uri}
+        finally:
+            pravega.stop()
+        return
     if sink == "pulsar":
         from cdc.app.sandbox.pulsar import start_pulsar_sandbox
 
@@ -232,8 +247,8 @@ def run_demo(scale: float = 0.1, workdir: Path | None = None, spark: Any | None 
         scale: TPC-DS scale factor (1 = 100,000 customers; 0.01 = 1,000).
         workdir: where the lake and checkpoint go (wiped first; default ``.demo``).
         spark: a Spark session to use (default: a local one, stopped at the end).
-        sink: ``delta`` (configs/demo.yaml), ``kafka`` (configs/demo-kafka.yaml) or ``pulsar``
-            (configs/demo-pulsar.yaml).
+        sink: ``delta`` (configs/demo.yaml), ``kafka`` (configs/demo-kafka.yaml), ``pulsar``
+            (configs/demo-pulsar.yaml) or ``pravega`` (configs/demo-pravega.yaml).
         source: ``mysql`` (MariaDB) or ``postgres`` (configs/demo-postgres.yaml's ``source:``).
     """
     started = time.monotonic()
@@ -252,6 +267,8 @@ def run_demo(scale: float = 0.1, workdir: Path | None = None, spark: Any | None 
                 return _check_kafka(box, config, workdir, started)
             if sink == "pulsar":
                 return _check_pulsar(box, config, workdir, started)
+            if sink == "pravega":
+                return _check_pravega(box, config, workdir, started)
             return _check_lake(box, spark=session, config=config, workdir=workdir, started=started)
         finally:
             if spark is None:
@@ -308,7 +325,8 @@ def _check_kafka(box: DemoServer, config: JobConfig, workdir: Path, started: flo
 
 def _tally(messages: Iterable[tuple[str, bytes | None, bytes | None]]) -> tuple[dict[str, int], dict[int, Any]]:
     """Messages ``(where, key, value)`` of the customer topic: each op's count (tombstones too)
-    and the newest record per key; prints the changed keys' messages with ``where``."""
+    and the newest record per key; prints the changed keys' messages with ``where``. A message
+    without a key (a Pravega event) is its change's key's, from its image."""
     from cdc.model.debezium.codec import decode_key, decode_value
 
     ops: dict[str, int] = {}
@@ -317,6 +335,9 @@ def _tally(messages: Iterable[tuple[str, bytes | None, bytes | None]]) -> tuple[
     for where, key_bytes, value in messages:
         key = decode_key(key_bytes)
         record = decode_value(value)
+        if key is None and record is not None:
+            image = (record.before if record.op == "d" else record.after) or {}
+            key = {"c_customer_sk": image["c_customer_sk"]}
         op = "tombstone" if record is None else record.op
         ops[op] = ops.get(op, 0) + 1
         sk = int((key or {})["c_customer_sk"])
@@ -328,12 +349,14 @@ def _tally(messages: Iterable[tuple[str, bytes | None, bytes | None]]) -> tuple[
     return ops, latest
 
 
-def _topic_verdict(box: DemoServer, latest: dict[int, Any], workdir: Path, started: float) -> int:
+def _topic_verdict(box: DemoServer, latest: dict[int, Any], workdir: Path, started: float,
+                   tombstones: bool = True) -> int:
     """The demo's end for a stream store: the newest message per key against the source."""
     if _report_problems(box, latest):
         return 1
-    _step(f"the newest message of every key equals the source ({source_count(box)} rows), deletes end "
-          f"in tombstones; done in {time.monotonic() - started:.1f}s. Checkpoint: {workdir}")
+    deletes = "deletes end in tombstones" if tombstones else "deleted keys end with their delete"
+    _step(f"the newest message of every key equals the source ({source_count(box)} rows), {deletes}; "
+          f"done in {time.monotonic() - started:.1f}s. Checkpoint: {workdir}")
     return 0
 
 
@@ -365,3 +388,20 @@ def _check_pulsar(box: DemoServer, config: JobConfig, workdir: Path, started: fl
     print(f"    {topic}: {len(messages)} messages ({', '.join(f'{k} {v}' for k, v in sorted(ops.items()))})",
           flush=True)
     return _topic_verdict(box, latest, workdir, started)
+
+
+def _check_pravega(box: DemoServer, config: JobConfig, workdir: Path, started: float) -> int:
+    """Read the stream back with a reader group of its own, print counts and a few events, check
+    each key."""
+    from cdc.app.sandbox.pravega import read_events
+    from cdc.model.schema import TableId
+
+    pravega = next(s for s in config.sink if isinstance(s, PravegaSinkConfig))
+    stream = pravega.topic(TableId(DATABASE, "customer"))
+    _step(f"reading {pravega.scope}/{stream} back at {pravega.controller_uri} with a reader group "
+          "(each segment from its start)")
+    events = read_events(pravega.controller_uri, pravega.scope, stream)
+    ops, latest = _tally(("event", None, value) for value in events)
+    print(f"    {pravega.scope}/{stream}: {len(events)} events "
+          f"({', '.join(f'{k} {v}' for k, v in sorted(ops.items()))})", flush=True)
+    return _topic_verdict(box, latest, workdir, started, tombstones=False)

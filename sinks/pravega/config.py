@@ -61,6 +61,11 @@ class PravegaSinkConfig(StreamSinkConfig):
                                        "(the Pravega Python client's, 90 s): a batch found half committed "
                                        "after a restart within it is completed exactly; after it, the "
                                        "streams whose outcome is unknown get the batch again (docs/sinks/pravega.md)")
+    operation_timeout_s: float = Field(default=30.0, gt=0, description="seconds one call to Pravega may "
+                                       "take (a transaction's events: seconds without progress) before the "
+                                       "attempt fails; a batch gives up after `commit_retries` more attempts, "
+                                       "so a lost server stops the job within about (`commit_retries` + 1) x "
+                                       "this plus the backoff (the client itself retries for 60-120 s)")
     tombstones_on_delete: bool = Field(default=False, description="always `false`: a Pravega event has no "
                                        "key, so a tombstone would carry nothing")
     extended_headers: bool = Field(default=False, description="always `false`: a Pravega event has no headers")

@@ -16,18 +16,25 @@ batch that touches several streams is made atomic by a record in the control str
 4. a ``committed`` record.
 
 A restart reads the job's newest record. ``committed``: that batch and all before are done.
-``prepared``: each transaction still open is aborted and its stream is written again by the
-replay (the batch is replayed with the same rows); one no longer open was committed when the
+``prepared``: each transaction still open was never asked to commit (Pravega aborts it at its
+lease) and its stream is written again by the replay (the batch is replayed with the same
+rows); one no longer open was committed when the
 restart comes within the transaction lease of the record (a transaction whose commit never
 reached Pravega stays open until its lease ends), so its stream is skipped by the replay. After
 the lease the outcome of a closed transaction is unknown to the Python client: its stream is
 written again, with a warning (at least once for that batch). docs/sinks/pravega.md has the crash
 table.
+
+A server that goes away: each attempt first checks that the controller takes a connection
+(within ``operation_timeout_s``), the control streams' calls have that deadline too
+(:mod:`sinks.pravega.control`), and the client's own calls give up after 60-120 s; a batch gives
+up after ``commit_retries`` more attempts with :class:`PravegaCommitFailed`, naming the controller.
 """
 
 from __future__ import annotations
 
 import logging
+import socket
 import time
 from collections.abc import Iterator
 from typing import Any, ClassVar
@@ -42,13 +49,13 @@ from cdc.model.schema import TableId, TableSchema
 from sinks.base import Committed, Sink, SinkError, SinkWriter, TableBatch
 from sinks.pravega.client import (
     control_streams,
-    newest_record,
     next_control_stream,
     record_line,
     stream_manager,
     writer_id,
 )
 from sinks.pravega.config import PravegaSinkConfig
+from sinks.pravega.control import ControlStreams
 from sinks.stream.batches import batch_messages, clear_staging
 from sinks.stream.commit import Retry, StreamCommitter
 from sinks.stream.messages import StreamStageWriter
@@ -82,7 +89,8 @@ class PravegaSink(StreamCommitter, Sink):
         self.staging = config.staging_root(job_id)
         self.run_id = new_run_id()
         self.manager: Any = None
-        self.control: Any = None  # the control stream's byte stream
+        self.controls: ControlStreams | None = None  # the control streams' helper process
+        self.control = ""  # this run's control stream
         self.writers: dict[str, Any] = {}  # stream -> its transactional writer
         self.streams: set[str] = set()  # streams known to exist
         self.last_batch: int | None = None  # None: unknown, read the control stream first
@@ -140,20 +148,20 @@ class PravegaSink(StreamCommitter, Sink):
         """A new client; the job's newest record read, a half-committed batch resolved, and a
         control stream of this run's own (:mod:`sinks.pravega.client`)."""
         self._drop()
+        self._probe()
         self.manager = stream_manager(self.pravega)
         scope, control = self.pravega.scope, self.pravega.commits_stream()
         self._call(f"create scope {scope}", self.manager.create_scope, scope)
         names = self._call(f"list the streams of {scope}", self.manager.list_stream, scope)
         self.old_controls = [name for _, name in control_streams(names, control, self.job_id)]
+        self.controls = controls = self._call("start the control streams' helper", ControlStreams, self.pravega)
         record = None
         for name in reversed(self.old_controls):
-            stream = self._call(f"open {name}", self.manager.create_byte_stream, scope, name)
-            record = self._call(f"read {name}", newest_record, stream, self.job_id)
+            record = self._call(f"read {name}", controls.newest_record, name, self.job_id)
             if record is not None:
                 break
-        mine = next_control_stream(names, control, self.job_id)
-        self._call(f"create stream {mine}", self.manager.create_stream, scope, mine, 1)
-        self.control = self._call(f"open {mine}", self.manager.create_byte_stream, scope, mine)
+        self.control = next_control_stream(names, control, self.job_id)
+        self._call(f"create stream {self.control}", self.manager.create_stream, scope, self.control, 1)
         self.done = {}
         if record is None:
             self.last_batch, self.schema_versions = -1, {}
@@ -163,6 +171,15 @@ class PravegaSink(StreamCommitter, Sink):
         else:
             self._resolve(record)
 
+    def _probe(self) -> None:
+        """The controller takes a TCP connection within ``operation_timeout_s`` (a server that went
+        away fails the attempt at once, not after the client's own minute of retries)."""
+        host, _, port = self.pravega.controller_uri.split("://", 1)[1].rpartition(":")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=self.pravega.operation_timeout_s).close()
+        except (OSError, ValueError) as exc:
+            raise Retry(f"the controller does not take a connection ({exc})") from None
+
     def _resolve(self, record: dict[str, Any]) -> None:
         """Finish a batch whose ``prepared`` record is the newest: see the module's docstring."""
         batch = int(record["batch"])
@@ -171,6 +188,8 @@ class PravegaSink(StreamCommitter, Sink):
         for stream, txn_id in sorted(record["txns"].items()):
             txn = self._call(f"look up transaction {txn_id}", self._txn_writer(stream).get_txn, int(txn_id))
             if txn.is_open():  # never asked to commit: Pravega aborts it at its lease
+                # (the client cannot abort a transaction it did not begin: `get_txn(id).abort()` raises
+                # TxnFailedException, so a commit of the dead driver still on its way is not fenced)
                 log.info("pravega: batch %d's transaction on %s is open: the replay writes the stream again",
                          batch, stream)
             elif not late:
@@ -200,8 +219,8 @@ class PravegaSink(StreamCommitter, Sink):
         self._call("append to the control stream", self._write_control, record_line(record))
 
     def _write_control(self, line: bytes) -> None:
-        self.control.write(line)
-        self.control.flush()
+        assert self.controls is not None
+        self.controls.append(self.control, line)
         for name in self.old_controls:  # the job's state is in this run's stream now
             self.manager.seal_stream(self.pravega.scope, name)
             self.manager.delete_stream(self.pravega.scope, name)
@@ -221,7 +240,9 @@ class PravegaSink(StreamCommitter, Sink):
             self._ensure_streams([self.pravega.schema_changes_topic()])
 
     def _drop(self) -> None:
-        self.manager = self.control = None
+        if self.controls is not None:
+            self.controls.close()
+        self.manager = self.controls = None
         self.writers = {}
         self.last_batch = None
 
