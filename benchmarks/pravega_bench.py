@@ -59,20 +59,6 @@ from sinks.pravega.sink import PravegaSink
 _EVENTS = pa.schema([("value", pa.binary())])
 
 
-class BenchPravega(PravegaSandbox):
-    """The sandbox with a segment-store cache of ``cache_mb`` (Pravega's default, 128 MiB, filled up
-    under the snapshot's transaction on a loaded machine: ``CacheFullException``, then the
-    container stopped for good, the emulator's storage being in memory)."""
-
-    def __init__(self, heap: str, cache_mb: int) -> None:
-        super().__init__(heap=heap)
-        self.cache_mb = cache_mb
-
-    def command(self) -> list[str]:
-        java, *rest = super().command()
-        return [java, f"-Dpravegaservice.cache.size.max={self.cache_mb * 1024 * 1024}", *rest]
-
-
 def read_events(controller_uri: str, scope: str, stream: str, expected: int, op: str, out: str,
                 ready: Any, result: Any) -> None:
     """A reader process of the whole stream (a reader group of its own from the head): notes
@@ -273,7 +259,7 @@ def main() -> None:
         p.add_argument("--cache-mb", type=int, default=1024, help="the segment store's cache (MiB)")
 
     args = parse_args(__doc__, extra=extra)
-    run_bench("pravega", args, lambda: started(BenchPravega(args.heap, args.cache_mb)), Bench, lambda b: ratios(b.lines),
+    run_bench("pravega", args, lambda: started(PravegaSandbox(heap=args.heap, cache_mb=args.cache_mb)), Bench, lambda b: ratios(b.lines),
               f"ratios (rows/s; target: sink commit >= {TARGET_RATIO}x the raw transactional writer)")
 
 

@@ -42,18 +42,22 @@ class PravegaSandbox(JvmServer):
     Args:
         base_dir: where to create the folder (a fresh temp dir by default; removed on stop).
         heap: the JVM's ``-Xmx`` (the data is kept on it).
+        cache_mb: the segment store's cache, off the heap (Pravega's default, 128 MiB, filled up
+            under a large transaction on a loaded machine: ``CacheFullException``, after which the
+            emulator's segment container stops for good, its storage being in memory).
     """
 
     name = "pravega"
     start_timeout = 120.0
     poll_s = 0.3
 
-    def __init__(self, base_dir: str | None = None, heap: str = "1g") -> None:
+    def __init__(self, base_dir: str | None = None, heap: str = "1g", cache_mb: int = 512) -> None:
         super().__init__("pravega-sandbox-", base_dir)
         self.zk_port = free_port()
         self.segment_store_port = free_port()
         self.controller_port = free_port()
         self.heap = heap
+        self.cache_mb = cache_mb
 
     @property
     def controller_uri(self) -> str:
@@ -78,6 +82,7 @@ class PravegaSandbox(JvmServer):
                     "admin.gateway.enable": "false", "security.auth.enable": "false",
                     "security.tls.enable": "false", "metrics.enable": "false"}
         return [java_binary(), f"-Xmx{self.heap}", "-XX:+UseSerialGC",
+                f"-Dpravegaservice.cache.size.max={self.cache_mb * 1024 * 1024}",
                 *(f"-Dsinglenode.{k}={v}" for k, v in settings.items()),
                 "-cp", _classpath(), "io.pravega.local.LocalPravegaEmulator"]
 
