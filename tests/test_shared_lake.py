@@ -24,6 +24,13 @@ What each case did before sinks/delta/conflicts.py (main at 34d7493):
   table); now it stops before committing, and the replay writes the batch;
 * a delta-rs OPTIMIZE planned before the job's deletion-vector commit: already fails its own
   commit (no duplicate rows: the delta-io/delta#3982 bug is not in delta-rs 1.6.6).
+
+The job's other commits, and what the soak (tests/test_shared_lake_soak.py) found:
+
+* delta-rs's SET TBLPROPERTIES inside a batch's window, on a table with table features: it writes
+  the protocol again, adding variantType and invariants, and the job stopped ("changed the
+  protocol"; found by the soak). Now a protocol that adds only features the job's writes need
+  nothing for is no change; one that adds another (Change Data Feed) still stops, naming it;
 """
 
 from __future__ import annotations
@@ -156,6 +163,11 @@ def rs_vacuum(uri: str) -> Any:
     return deltalake.DeltaTable(uri).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
 
 
+def rs_set_property(uri: str) -> Any:
+    return deltalake.DeltaTable(uri).alter.set_table_properties({"platform.owner": "lake-team"},
+                                                                raise_if_not_exists=False)
+
+
 # (name, the other writer's commit given the Spark session, which tables it runs on)
 MAINTENANCE: list[tuple[str, Callable[[Any], Action]]] = [
     ("delta-rs optimize.compact()", lambda spark: rs_compact),
@@ -166,6 +178,10 @@ MAINTENANCE: list[tuple[str, Callable[[Any], Action]]] = [
     ("delta-spark REORG APPLY (PURGE)", lambda spark: spark_sql(spark, "REORG TABLE {table} APPLY (PURGE)")),
     ("delta-spark SET TBLPROPERTIES", lambda spark: spark_sql(
         spark, "ALTER TABLE {table} SET TBLPROPERTIES ('platform.owner' = 'lake-team')")),
+    # on a table with table features delta-rs writes the protocol again beside the properties,
+    # adding variantType and invariants: that stopped the job ("changed the protocol") until the
+    # check compared the features with those planned on (found by tests/test_shared_lake_soak.py)
+    ("delta-rs SET TBLPROPERTIES", lambda spark: rs_set_property),
 ]
 
 
@@ -217,6 +233,21 @@ def test_an_external_schema_change_stops_the_batch_naming_the_commit_and_its_eng
         run.batch(11)
     mirror.update_incremental()
     assert mirror.transaction_version(run.tables.app_id) == 10, "nothing of batch 11 in the mirror"
+
+
+def test_an_external_protocol_change_stops_the_batch_naming_the_feature(tmp_path: Path) -> None:
+    """A property that turns a table feature on (Change Data Feed) changes what writers must do:
+    the batch stops, naming it. delta-rs's own additions on any property change (variantType,
+    invariants) do not stop it (the ``delta-rs SET TBLPROPERTIES`` case above)."""
+    hooks = Intruder()
+    run = Run(make_tables(tmp_path, "delta-rs", hooks, None))
+    run.snapshot()
+    run.batch(10)
+    hooks.arm(lambda: deltalake.DeltaTable(run.mirror).alter.set_table_properties(
+        {"delta.enableChangeDataFeed": "true"}))
+    with pytest.raises(SharedTableConflict, match=r"\(SET TBLPROPERTIES by delta-rs:py-[\d.]+\) changed the protocol "
+                                                  r"\(added the table features changeDataFeed\).*undo the protocol change"):
+        run.batch(11)
 
 
 def test_an_external_delete_stops_the_batch_naming_the_commit(tmp_path: Path, spark: Any) -> None:
