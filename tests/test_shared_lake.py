@@ -31,6 +31,10 @@ The job's other commits, and what the soak (tests/test_shared_lake_soak.py) foun
   the protocol again, adding variantType and invariants, and the job stopped ("changed the
   protocol"; found by the soak). Now a protocol that adds only features the job's writes need
   nothing for is no change; one that adds another (Change Data Feed) still stops, naming it;
+* another compaction inside the job's own compaction: delta-rs's ``optimize.compact()`` committed
+  the job's anyway (delta-io/delta-rs#3982 lets a concurrent remove with dataChange false pass),
+  every row of the compacted files twice (found by the soak: keys twice in the mirror). Now the
+  job compacts a local table itself, its commit created only if absent, and skips on a lost race;
 """
 
 from __future__ import annotations
@@ -296,3 +300,29 @@ def test_a_vacuum_that_deletes_staged_files_stops_the_batch_and_the_replay_write
     assert commit_change_files(config, S, replay, run.tables.query_id, 20, hooks)
     assert sorted(r["ts_ms"] for r in read_table(run.changelog).to_pylist() if r["op"] == "u") == \
         sorted(e["ts_ms"] for e in events)
+
+
+# ---- the job's own maintenance ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["changelog", "mirror"])
+def test_another_compaction_inside_the_jobs_own_compaction_wins_and_the_jobs_is_skipped(tmp_path: Path,
+                                                                                       kind: str) -> None:
+    """A platform's compaction commits between the job's compaction's read and its commit. delta-rs's
+    ``optimize.compact()`` committed the job's anyway (a concurrent remove with dataChange false
+    passes its check since delta-rs#3982): both compactions' files live, every row of the
+    compacted files twice. The job's own compaction (sinks/delta/compaction.py) loses the race and
+    is skipped until next time; the tables stay exact."""
+    run = Run(make_tables(tmp_path, "delta-rs", Intruder(), None))
+    run.snapshot()
+    run.batch(10)
+    run.batch(11)
+    hooks = Intruder()
+    uri = run.mirror if kind == "mirror" else run.changelog
+    hooks.arm(lambda: rs_compact(uri), skip=0 if kind == "changelog" else 1)  # the changelog's goes first
+    Maintainer(run.tables, hooks=hooks).maintain(S.table_id)
+    assert hooks.fired == 1, "the other writer did not run inside the window"
+    history = [h["operation"] for h in deltalake.DeltaTable(uri).history()]
+    assert history.count("OPTIMIZE") == 1, f"the platform's compaction alone: {history}"
+    run.batch(12)
+    run.assert_exact(None)
