@@ -35,6 +35,12 @@ The job's other commits, and what the soak (tests/test_shared_lake_soak.py) foun
   the job's anyway (delta-io/delta-rs#3982 lets a concurrent remove with dataChange false pass),
   every row of the compacted files twice (found by the soak: keys twice in the mirror). Now the
   job compacts a local table itself, its commit created only if absent, and skips on a lost race;
+* a schema change (``evolve``): a compaction inside a drop's, rename's or widening's rewrite left
+  every row twice (delta-rs's overwrite); a properties change inside its ADD COLUMNS or its
+  record of the schema stopped the job ("Metadata changed"). Now each commit of a schema change
+  is planned again, and the rewrite's overwrite names a predicate true of every row, which makes
+  delta-rs check the commits since its read;
+* the catalog: it writes no Delta commit (names go to the metastore): nothing to check;
 """
 
 from __future__ import annotations
@@ -47,12 +53,17 @@ from typing import Any
 
 import change_batches as cb
 import deltalake
+import pyarrow as pa
 import pytest
 from deltalake.exceptions import CommitFailedError
+from test_schema_evolution import T
+from test_schema_evolve import evolve_history
 
+from sinks.changes import changelog_schema, mirror_schema
 from sinks.delta.config import DeltaSinkConfig, MaintenanceConfig
 from sinks.delta.conflicts import SharedTableConflict
 from sinks.delta.engines import DeltaTables
+from sinks.delta.evolve import ensure_table, recorded_schema
 from sinks.delta.files import StagedFilesGone, commit_change_files, write_change_files
 from sinks.delta.maintenance import Maintainer
 from sinks.delta.tables import read_table
@@ -300,6 +311,62 @@ def test_a_vacuum_that_deletes_staged_files_stops_the_batch_and_the_replay_write
     assert commit_change_files(config, S, replay, run.tables.query_id, 20, hooks)
     assert sorted(r["ts_ms"] for r in read_table(run.changelog).to_pylist() if r["op"] == "u") == \
         sorted(e["ts_ms"] for e in events)
+
+
+# ---- the job's other commits: a schema change (schema_change.behavior: evolve) --------------------
+
+EVOLVE_STEPS = {  # (from version, to version) of test_schema_evolve's history, and the commits it makes
+    "add a column": (0, 1),  # ALTER TABLE ... ADD COLUMNS, the schema recorded
+    "widen a type": (1, 2),  # the table rewritten (an overwrite), the schema recorded
+    "drop and rename": (1, 4),  # the new schema named, the table rewritten, the schema recorded
+}
+OTHERS: dict[str, Callable[[str], Any]] = {
+    "delta-rs optimize.compact()": rs_compact,
+    "delta-rs SET TBLPROPERTIES": rs_set_property,
+}
+
+
+@pytest.mark.parametrize("kind", ["mirror", "changelog"])
+@pytest.mark.parametrize("step", list(EVOLVE_STEPS))
+def test_maintenance_inside_each_commit_of_a_schema_change_keeps_every_row_once(tmp_path: Path, step: str,
+                                                                                kind: str) -> None:
+    """Another writer commits between the read and the commit of each commit a schema change makes
+    (a compaction, a properties change: Delta's concurrent writers that change no data). The
+    change is planned again on the newest version: every row once, the new schema, the schema
+    recorded, the other writer's property kept."""
+    history = evolve_history()
+    before, after = (history.sink_schema(T, v) for v in EVOLVE_STEPS[step])
+    storage = {"mirror": mirror_schema, "changelog": changelog_schema}[kind]
+    for other_name, other in OTHERS.items():
+        for at in range(10):  # the at-th commit of the schema change, until there is none
+            uri, hooks = str(tmp_path / f"{other_name[-8:]}-{at}" / kind), Intruder()
+            expected = _files_of(uri, before, kind, storage(before))
+            hooks.arm(lambda u=uri, o=other: o(u), skip=at)  # type: ignore[misc]
+            table = ensure_table(uri, {}, after, kind, storage(after), hooks)  # type: ignore[arg-type]
+            if not hooks.fired:
+                assert at > 0
+                break
+            rows = read_table(uri).to_pylist()
+            assert len(rows) == expected, f"{other_name} inside commit {at} of {step}: {len(rows)} rows, {expected} expected"
+            assert recorded_schema(table) == after and table.schema().to_arrow().names == storage(after).names
+            if "PROPERTIES" in other_name:
+                assert table.metadata().configuration.get("platform.owner") == "lake-team", "the platform's property lost"
+
+
+def _files_of(uri: str, schema: Any, kind: str, storage: Any) -> int:
+    """A table of ``schema`` with 4 files of 5 rows each (something to compact); how many rows."""
+    table = ensure_table(uri, {}, schema, kind, storage)  # type: ignore[arg-type]
+    for part in range(4):
+        ids = list(range(part * 5, part * 5 + 5))
+        images = [{c: (i if c == "id" else (i * 10 if c == "qty" else f"v{i}")) for c in schema.column_names}
+                  for i in ids]
+        if kind == "mirror":
+            rows = pa.Table.from_pylist(images, schema=storage)
+        else:
+            rows = pa.Table.from_pylist([{"op": "c", "before": None, "after": image, "source": None, "ts_ms": i}
+                                         for i, image in zip(ids, images, strict=True)], schema=storage)
+        deltalake.write_deltalake(table, rows, mode="append")
+    return 20
 
 
 # ---- the job's own maintenance ----------------------------------------------------------------------
