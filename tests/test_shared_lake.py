@@ -41,6 +41,9 @@ The job's other commits, and what the soak (tests/test_shared_lake_soak.py) foun
   is planned again, and the rewrite's overwrite names a predicate true of every row, which makes
   delta-rs check the commits since its read;
 * the catalog: it writes no Delta commit (names go to the metastore): nothing to check;
+* a compaction, then a VACUUM with no retention, of the changelog while the mirror lacks batches:
+  the mirror's catch-up after a crash stops (ChangelogGap), as before; its message now names the
+  VACUUM and the retention to keep.
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ from sinks.delta.conflicts import SharedTableConflict
 from sinks.delta.engines import DeltaTables
 from sinks.delta.evolve import ensure_table, recorded_schema
 from sinks.delta.files import StagedFilesGone, commit_change_files, write_change_files
+from sinks.delta.follower import ChangelogGap, MirrorFollower
 from sinks.delta.maintenance import Maintainer
 from sinks.delta.tables import read_table
 
@@ -367,6 +371,36 @@ def _files_of(uri: str, schema: Any, kind: str, storage: Any) -> int:
                                          for i, image in zip(ids, images, strict=True)], schema=storage)
         deltalake.write_deltalake(table, rows, mode="append")
     return 20
+
+
+# ---- the mirror's catch-up after a crash reads the changelog's files -----------------------------
+
+
+def test_a_changelog_compacted_then_vacuumed_without_retention_stops_the_mirrors_catch_up_naming_it(
+        tmp_path: Path) -> None:
+    """After a crash, the mirror catches up from the files that the changelog's commits of the
+    batches it lacks added (sinks/delta/follower.py). Another writer's compaction removes them
+    from the changelog, and the catch-up still reads them (removed, not deleted); a VACUUM with no
+    retention after it deletes them, and the catch-up stops with one line that says why and what
+    to keep, instead of a mirror that silently lacks the batch."""
+    run = Run(make_tables(tmp_path, "delta-rs", Intruder(), None))
+    run.snapshot()
+    run.batch(10)
+    for batch_id, vacuum in ((11, False), (12, True)):
+        events = [cb.event("u", run.model[(k,)], cb.row(S, (k,), c_int=-batch_id), 100 * batch_id + k)
+                  for k in (1, 2, 3)]
+        cb.apply(run.model, S, events)
+        run.events += events
+        assert run.tables.write_changelog(S, cb.batch(S, events), batch_id)  # the mirror's MERGE died with the job
+        rs_compact(run.changelog)
+        if vacuum:
+            rs_vacuum(run.changelog)
+            with pytest.raises(ChangelogGap, match=r"no longer has a data file of a batch after 11 .*VACUUM.*"
+                                                   r"retention.*take a new snapshot"):
+                MirrorFollower(run.tables, {S.table_id: S}).recover()
+        else:
+            assert MirrorFollower(run.tables, {S.table_id: S}).recover() == 1
+            run.assert_exact(None)
 
 
 # ---- the job's own maintenance ----------------------------------------------------------------------
