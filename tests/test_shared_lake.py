@@ -427,3 +427,38 @@ def test_another_compaction_inside_the_jobs_own_compaction_wins_and_the_jobs_is_
     assert history.count("OPTIMIZE") == 1, f"the platform's compaction alone: {history}"
     run.batch(12)
     run.assert_exact(None)
+
+
+def test_a_property_change_inside_the_jobs_own_property_commit_keeps_both(tmp_path: Path) -> None:
+    """The job sets the mirror's properties (its target file size, deletion vectors) before its
+    MERGEs; a platform's property change inside that commit's window made delta-rs refuse it
+    ("Metadata changed") and the job stop. Now it is planned again: both properties stay."""
+    run = Run(make_tables(tmp_path, "delta-rs", Intruder(), None))
+    run.snapshot()
+    config = run.tables.config.model_copy(update={"maintenance": MaintenanceConfig.model_construct(
+        every=0, mirror_file_size=1 << 20)})
+    hooks = Intruder()
+    hooks.arm(lambda: rs_set_property(run.mirror))
+    Maintainer(DeltaTables(config, query_id="q"), hooks=hooks).prepare_mirror(S.table_id)
+    assert hooks.fired == 1, "the other writer did not run inside the window"
+    properties = deltalake.DeltaTable(run.mirror).metadata().configuration
+    assert properties["delta.targetFileSize"] == str(1 << 20) and properties["platform.owner"] == "lake-team"
+    run.batch(10)
+    run.assert_exact(None)
+
+
+def test_a_compaction_and_a_vacuum_without_retention_inside_a_merge_plan_it_again(tmp_path: Path) -> None:
+    """A platform compacts the mirror and vacuums it with no retention between a MERGE's read and
+    its commit: the files the MERGE planned on are gone when it reads their keys. It plans again
+    on the newest version (before, the job stopped on the missing file; found by the soak on the
+    delta-spark engine, whose MERGE does the same on Spark's FILE_NOT_EXIST)."""
+    hooks = Intruder()
+    run = Run(make_tables(tmp_path, "delta-rs", hooks, None))
+    run.snapshot()
+    run.batch(10)
+    run.tables = make_tables(tmp_path, "delta-rs", hooks, None)  # a restarted job: no key columns in memory
+    hooks.arm(lambda: (rs_compact(run.mirror), rs_vacuum(run.mirror)))
+    run.batch(11)
+    assert hooks.fired == 1, "the other writer did not run inside the window"
+    run.batch(12)
+    run.assert_exact(None)

@@ -102,8 +102,9 @@ class JobProcess:
     def why(self) -> str:
         """The job's error lines (its log's, then Python's and the JVM's exceptions), else its log's end."""
         text = self.err.read_text(errors="replace")
-        lines = [line for line in text.splitlines() if re.search(r"ERROR|^error:|^\w[\w.]*(Error|Exception|Conflict)\b", line)]
-        return "\n".join(line[:1000] for line in lines[:8]) or text[-3000:]
+        lines = [line for line in text.splitlines()
+                 if re.search(r"ERROR|^error:|^\w[\w.]*(Error|Exception|Conflict)\b|^Caused by|\[[A-Z_]+\]", line)]
+        return "\n".join(dict.fromkeys(line[:1000] for line in lines[:30])) or text[-3000:]
 
     def kill(self) -> None:
         """SIGKILL the driver, its JVM and its Python workers at once."""

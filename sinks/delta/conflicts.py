@@ -191,7 +191,9 @@ CONFLICTS: tuple[type[BaseException], ...] = (CommitFailedError, CommitConflict)
 def replanning(read: Callable[[], DeltaTable], write: Callable[[DeltaTable], T], storage_options: dict[str, str],
                app: str, what: str, hooks: Hooks = NO_HOOKS) -> T:
     """Run ``write`` on the table ``read`` gives; when another writer committed first, check its
-    commits (:func:`check_commits_since`) and plan ``write`` again on the newest version.
+    commits (:func:`check_commits_since`) and plan ``write`` again on the newest version. A file
+    of the version read that is gone while other writers committed since (a compaction, then a
+    VACUUM with no retention) is planned again the same way.
 
     ``hooks`` is passed ``delta_planned`` between the read and the write (tests commit there as
     another writer would).
@@ -206,8 +208,10 @@ def replanning(read: Callable[[], DeltaTable], write: Callable[[DeltaTable], T],
         hooks.reached("delta_planned")
         try:
             return write(table)
-        except CONFLICTS as exc:
+        except (*CONFLICTS, FileNotFoundError) as exc:
             newest = check_commits_since(planned, storage_options, app)
+            if isinstance(exc, FileNotFoundError) and newest == planned.version:
+                raise  # no other writer since: not a file that a compaction and a VACUUM took
             log.info("%s: planned on version %d, another writer committed up to version %d first (%s): planned "
                      "again", what, planned.version, newest, str(exc).splitlines()[0][:200])
     raise SharedTableConflict(f"{what}: other writers committed to {planned.uri} before each of {MAX_REPLANS + 1} "

@@ -76,7 +76,7 @@ from cdc.model.hooks import NO_HOOKS, Hooks
 from cdc.model.schema import TableId
 from sinks.delta.commits import MissingCommit, commits_newest_first, table_fs
 from sinks.delta.compaction import compact
-from sinks.delta.conflicts import CONFLICTS
+from sinks.delta.conflicts import CONFLICTS, replanning
 from sinks.delta.deletion_vectors import PROP_ENABLED as PROP_DELETION_VECTORS
 from sinks.delta.deletion_vectors import enabled as deletion_vectors_enabled
 from sinks.delta.deletion_vectors import purge, unused_files
@@ -151,7 +151,15 @@ class Maintainer:
                 self.tables.config.wants_deletion_vectors(new=table.version() == 0):
             wanted[PROP_DELETION_VECTORS] = "true"
         if any(current.get(k) != v for k, v in wanted.items()):
-            table.alter.set_table_properties(wanted, raise_if_not_exists=False)
+            def fresh() -> DeltaTable:
+                table.update_incremental()
+                return table
+
+            # planned again when a platform's property change takes the version first (delta-rs:
+            # "Metadata changed"); its properties stay beside these
+            replanning(fresh, lambda t: t.alter.set_table_properties(wanted, raise_if_not_exists=False),
+                       self.tables.config.storage_options, self.tables.app_id, f"the mirror of {table_id}'s properties",
+                       self.hooks)
             if PROP_DELETION_VECTORS in wanted and current.get(PROP_DELETION_VECTORS) != "true":
                 log.info("mirror of %s: its MERGEs write deletion vectors (sink.deletion_vectors); read it with "
                          "Spark, DuckDB, Polars or delta-rs's scan()/QueryBuilder, not delta-rs's to_pandas() or "

@@ -61,6 +61,16 @@ log = logging.getLogger(__name__)
 DELTA_CLASS = "io.delta.tables.DeltaTable"
 _TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+# Delta's exceptions for a commit that lost a race with another writer's (its own conflict check):
+# the Concurrent* ones, a metadata or protocol change (a platform's SET TBLPROPERTIES), and a file
+# of the version it read gone (a platform's compaction, then its VACUUM with no retention)
+LOST_RACE = ("io.delta.exceptions.Concurrent", "io.delta.exceptions.MetadataChangedException",
+             "io.delta.exceptions.ProtocolChangedException", "FAILED_READ_FILE.FILE_NOT_EXIST")
+
+
+def lost_race(exc: BaseException) -> bool:
+    """Whether Spark's Delta write failed on another writer's commit (it may be run again)."""
+    return any(name in str(exc) for name in LOST_RACE)
 
 
 def active_session() -> Any | None:
@@ -119,13 +129,22 @@ class DeltaSparkWriter:
         return self._spark.createDataFrame(rows, schema=schema)
 
     def _deletion_vectors(self, uri: str) -> None:
-        """Enable deletion vectors on a mirror once (MERGE then writes them)."""
+        """Enable deletion vectors on a mirror once (MERGE then writes them); run again when
+        another writer's commit (a platform's property change) took the version first."""
         if uri in self._with_dv:
             return
-        props = self._spark.sql(f"SHOW TBLPROPERTIES delta.`{uri}`").collect()
-        if not any(r[0] == "delta.enableDeletionVectors" and r[1] == "true" for r in props):
-            self._spark.sql(f"ALTER TABLE delta.`{uri}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
+        for attempt in range(MAX_REPLANS + 1):
+            props = self._spark.sql(f"SHOW TBLPROPERTIES delta.`{uri}`").collect()
+            if any(r[0] == "delta.enableDeletionVectors" and r[1] == "true" for r in props):
+                break
+            try:
+                self._spark.sql(f"ALTER TABLE delta.`{uri}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
+            except Exception as exc:
+                if not lost_race(exc) or attempt == MAX_REPLANS:
+                    raise
+                continue
             self._schemas.pop(uri, None)
+            break
         self._with_dv.add(uri)
 
     def _checked(
@@ -195,8 +214,9 @@ class DeltaSparkWriter:
         """Run Spark's ``write`` once the commits since ``planned`` are checked: Spark reads the
         newest version itself and follows a compaction or a property change, but would also write
         over a schema another writer changed (:func:`check_commits_since` stops there). A write
-        that loses a race with another commit inside Spark (``io.delta.exceptions.Concurrent*``,
-        Delta's own conflict check) is checked and run again."""
+        that loses a race with another commit inside Spark (:func:`lost_race`: Delta's own conflict
+        check, a metadata change such as a platform's SET TBLPROPERTIES, a file a VACUUM deleted
+        meanwhile) is checked and run again."""
         self._hooks.reached("delta_planned")
         for attempt in range(MAX_REPLANS + 1):
             check_commits_since(planned, self._config.storage_options, app)
@@ -204,7 +224,7 @@ class DeltaSparkWriter:
                 write()
                 return
             except Exception as exc:
-                if "io.delta.exceptions.Concurrent" not in str(exc) or attempt == MAX_REPLANS:
+                if not lost_race(exc) or attempt == MAX_REPLANS:
                     raise
                 log.info("%s: Spark's commit lost a race with another writer: checked and run again (%s)",
                          planned.uri, str(exc).splitlines()[0][:200])
