@@ -40,6 +40,14 @@ The job's other commits, and what the soak (tests/test_shared_lake_soak.py) foun
   record of the schema stopped the job ("Metadata changed"). Now each commit of a schema change
   is planned again, and the rewrite's overwrite names a predicate true of every row, which makes
   delta-rs check the commits since its read;
+* the job's own property commit before its MERGEs (target file size, deletion vectors): a
+  platform's property change inside it stopped the job ("Metadata changed"); now planned again.
+  On the delta-spark engine Spark's MetadataChangedException (its ALTER TABLE for deletion
+  vectors, its MERGE) stopped the job (found by the soak, run by hand); now a lost race;
+* a compaction and a VACUUM with no retention inside a MERGE's window: the files the MERGE
+  planned on were gone, and the job stopped on the missing file (found by the soak on the
+  delta-spark engine, FILE_NOT_EXIST); now the MERGE is planned again when other writers
+  committed since;
 * the catalog: it writes no Delta commit (names go to the metastore): nothing to check;
 * a compaction, then a VACUUM with no retention, of the changelog while the mirror lacks batches:
   the mirror's catch-up after a crash stops (ChangelogGap), as before; its message now names the

@@ -186,6 +186,8 @@ def _unreconcilable(actions: list[dict[str, Any]], planned: Planned, app: str) -
 
 # delta-rs's, and the deletion-vector MERGE's own: another writer took the version planned on
 CONFLICTS: tuple[type[BaseException], ...] = (CommitFailedError, CommitConflict)
+# ... and a file of the version planned on gone (another writer's compaction, then its VACUUM)
+_REPLANNED: tuple[type[BaseException], ...] = (*CONFLICTS, FileNotFoundError)
 
 
 def replanning(read: Callable[[], DeltaTable], write: Callable[[DeltaTable], T], storage_options: dict[str, str],
@@ -208,7 +210,7 @@ def replanning(read: Callable[[], DeltaTable], write: Callable[[DeltaTable], T],
         hooks.reached("delta_planned")
         try:
             return write(table)
-        except (*CONFLICTS, FileNotFoundError) as exc:
+        except _REPLANNED as exc:
             newest = check_commits_since(planned, storage_options, app)
             if isinstance(exc, FileNotFoundError) and newest == planned.version:
                 raise  # no other writer since: not a file that a compaction and a VACUUM took

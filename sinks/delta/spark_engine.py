@@ -45,7 +45,7 @@ from sinks.changes import (
     snapshot_rows,
 )
 from sinks.delta.config import DeltaSinkConfig
-from sinks.delta.conflicts import MAX_REPLANS, Planned, check_commits_since
+from sinks.delta.conflicts import MAX_REPLANS, Planned, SharedTableConflict, check_commits_since
 from sinks.delta.evolve import ensure_table
 from sinks.delta.tables import (
     TableKind,
@@ -66,6 +66,13 @@ _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 # of the version it read gone (a platform's compaction, then its VACUUM with no retention)
 LOST_RACE = ("io.delta.exceptions.Concurrent", "io.delta.exceptions.MetadataChangedException",
              "io.delta.exceptions.ProtocolChangedException", "FAILED_READ_FILE.FILE_NOT_EXIST")
+
+
+def _first_line(exc: BaseException) -> str:
+    """The line of a Spark error that names it (py4j's carry the JVM's stack trace)."""
+    text = str(exc)
+    named = [line for line in text.splitlines() if any(name in line for name in LOST_RACE)]
+    return (named or text.splitlines() or [type(exc).__name__])[0].strip()[:300]
 
 
 def lost_race(exc: BaseException) -> bool:
@@ -224,10 +231,16 @@ class DeltaSparkWriter:
                 write()
                 return
             except Exception as exc:
-                if not lost_race(exc) or attempt == MAX_REPLANS:
+                if not lost_race(exc):
                     raise
+                if attempt == MAX_REPLANS:
+                    raise SharedTableConflict(
+                        f"other writers committed to {planned.uri} while each of {MAX_REPLANS + 1} attempts to commit "
+                        f"the batch ran (the last: {_first_line(exc)}); nothing of it is committed: make the "
+                        "maintenance that runs on the table less frequent, and keep its VACUUM's retention above an "
+                        "hour, then restart the job (the batch is replayed)", uri=planned.uri) from exc
                 log.info("%s: Spark's commit lost a race with another writer: checked and run again (%s)",
-                         planned.uri, str(exc).splitlines()[0][:200])
+                         planned.uri, _first_line(exc))
 
     def _append(self, uri: str, rows: pa.Table, app: str, batch_id: int) -> None:
         (
