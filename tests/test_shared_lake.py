@@ -470,3 +470,23 @@ def test_a_compaction_and_a_vacuum_without_retention_inside_a_merge_plan_it_agai
     assert hooks.fired == 1, "the other writer did not run inside the window"
     run.batch(12)
     run.assert_exact(None)
+
+
+@pytest.mark.parametrize(("text", "lost"), [
+    ("[DELTA_METADATA_CHANGED] MetadataChangedException: The metadata of the Delta table t has been changed", True),
+    ("An error occurred while calling o72.execute.\n: io.delta.exceptions.ConcurrentAppendException: Files were "
+     "added", True),
+    ("[FAILED_READ_FILE.FILE_NOT_EXIST] Encountered error while reading file part-0.parquet", True),
+    ("[DELTA_PROTOCOL_CHANGED] ProtocolChangedException: The protocol version", True),
+    ("[DELTA_CONCURRENT_APPEND.WITHOUT_HINT] Transaction conflict detected. a concurrent OPTIMIZE added data", True),
+    ("[UNRESOLVED_COLUMN.WITH_SUGGESTION] A column cannot be resolved; changed by a concurrent update", False),
+])
+def test_the_delta_spark_engine_knows_a_lost_race_as_pyspark_raises_it(text: str, lost: bool) -> None:
+    """Through ``spark.sql`` Delta's exceptions arrive as pyspark's ``delta.exceptions.captured.*``,
+    whose text names the exception but not its io.delta class (the soak's delta-spark run stopped
+    on a MetadataChangedException that a match on ``io.delta.exceptions.`` missed)."""
+    from sinks.delta.spark_engine import lost_race
+
+    assert lost_race(Exception(text)) is lost
+    captured = type("ConcurrentAppendException", (Exception,), {})  # as delta.exceptions.captured names it
+    assert lost_race(captured("Transaction conflict detected."))

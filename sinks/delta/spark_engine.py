@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -64,20 +65,22 @@ _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 # Delta's exceptions for a commit that lost a race with another writer's (its own conflict check):
 # the Concurrent* ones, a metadata or protocol change (a platform's SET TBLPROPERTIES), and a file
 # of the version it read gone (a platform's compaction, then its VACUUM with no retention)
-LOST_RACE = ("io.delta.exceptions.Concurrent", "io.delta.exceptions.MetadataChangedException",
-             "io.delta.exceptions.ProtocolChangedException", "FAILED_READ_FILE.FILE_NOT_EXIST")
+# (by class name or error class: they arrive as delta-spark's delta.exceptions.captured.*, whose
+# text need not name the io.delta class)
+LOST_RACE = re.compile(r"\b(Concurrent\w*Exception|MetadataChangedException|ProtocolChangedException)\b"
+                       r"|\[DELTA_(CONCURRENT_\w+|METADATA_CHANGED|PROTOCOL_CHANGED)\b|FAILED_READ_FILE\.FILE_NOT_EXIST")
 
 
 def _first_line(exc: BaseException) -> str:
     """The line of a Spark error that names it (py4j's carry the JVM's stack trace)."""
     text = str(exc)
-    named = [line for line in text.splitlines() if any(name in line for name in LOST_RACE)]
+    named = [line for line in text.splitlines() if LOST_RACE.search(line)]
     return (named or text.splitlines() or [type(exc).__name__])[0].strip()[:300]
 
 
 def lost_race(exc: BaseException) -> bool:
     """Whether Spark's Delta write failed on another writer's commit (it may be run again)."""
-    return any(name in str(exc) for name in LOST_RACE)
+    return LOST_RACE.search(f"{type(exc).__name__}: {exc}") is not None
 
 
 def active_session() -> Any | None:
