@@ -14,7 +14,10 @@ between the version it planned on and the newest (:func:`check_commits_since`):
 * no ``add``/``remove`` with ``dataChange: true``, no schema or protocol change, no app
   transaction of the job's: a compaction or Z-order (``OPTIMIZE``), a purge (``REORG``), a
   ``VACUUM`` (it removes only files no version of the snapshot uses), a properties-only
-  ``metaData`` (``SET TBLPROPERTIES``). The batch is planned again on the newest version, and
+  ``metaData`` (``SET TBLPROPERTIES``). A ``protocol`` beside it that adds only features a writer
+  has nothing to do for here (:data:`INERT_FEATURES`) counts as none: delta-rs's ``SET
+  TBLPROPERTIES`` writes the protocol again on every table with table features, adding
+  ``variantType`` and ``invariants``. The batch is planned again on the newest version, and
   committed (its rows are staged: a re-plan reads key columns, nothing of the source);
 * anything else: :class:`SharedTableConflict`, one line naming the version, its operation and
   the engine that wrote it (``commitInfo.engineInfo``, else ``clientVersion``). Nothing of the
@@ -52,20 +55,67 @@ class SharedTableConflict(CdcError, Terminal):
     (a schema or protocol change, a data change, another instance of the job)."""
 
 
+Protocol = tuple[int, int, frozenset[str], frozenset[str]]  # reader and writer versions, then features
+
+
 @dataclass(frozen=True)
 class Planned:
-    """What a batch was planned on: the table's version and the shape of its schema."""
+    """What a batch was planned on: the table's version, the shape of its schema, its protocol."""
 
     uri: str
     version: int
     schema: tuple[tuple[str, str, bool], ...]
     partitions: tuple[str, ...]
+    protocol: Protocol | None = None  # None: any protocol action is a change
 
     @classmethod
     def of(cls, table: DeltaTable) -> Planned:
-        metadata = table.metadata()
+        metadata, p = table.metadata(), table.protocol()
         return cls(table.table_uri, table.version(), schema_shape(table.schema().to_json()),
-                   tuple(metadata.partition_columns))
+                   tuple(metadata.partition_columns),
+                   (p.min_reader_version, p.min_writer_version, frozenset(p.reader_features or ()),
+                    frozenset(p.writer_features or ())))
+
+
+def protocol_of(action: dict[str, Any]) -> Protocol:
+    """A ``protocol`` action's content, comparable with :attr:`Planned.protocol` (features as sets:
+    writers list them in any order)."""
+    return (int(action.get("minReaderVersion", 1)), int(action.get("minWriterVersion", 2)),
+            frozenset(action.get("readerFeatures") or ()), frozenset(action.get("writerFeatures") or ()))
+
+
+# Table features that ask nothing of the job's writes: types its schemas do not have (a schema
+# change is checked on its own), and invariants, which live in column metadata that no sink
+# schema carries. delta-rs's SET TBLPROPERTIES adds variantType and invariants to the protocol
+# of every table with table features (delta-rs 1.6.6).
+INERT_FEATURES = frozenset({"variantType", "variantType-preview", "timestampNtz", "invariants"})
+# The features a legacy protocol (writer version below 7) implies, by the writer version that brought each
+_LEGACY_WRITER = ((2, ("appendOnly", "invariants")), (3, ("checkConstraints",)),
+                  (4, ("changeDataFeed", "generatedColumns")), (5, ("columnMapping",)), (6, ("identityColumns",)))
+
+
+def features(protocol: Protocol) -> frozenset[str]:
+    """Every table feature a protocol turns on, a legacy protocol's implied ones included."""
+    reader, writer, reader_features, writer_features = protocol
+    out = set(reader_features | writer_features)
+    if writer < 7:
+        out.update(f for version, names in _LEGACY_WRITER if writer >= version for f in names)
+    if reader == 2:
+        out.add("columnMapping")
+    return frozenset(out)
+
+
+def _protocol_change(new: Protocol, planned: Protocol | None) -> str | None:
+    """How a ``protocol`` action changes what the batch was planned on; None: in nothing the job's
+    writes depend on (the same features, or only :data:`INERT_FEATURES` added)."""
+    if planned is None:
+        return "changed the protocol"
+    added, dropped = features(new) - features(planned), features(planned) - features(new)
+    if dropped:
+        return f"changed the protocol (dropped the table features {', '.join(sorted(dropped))})"
+    if added - INERT_FEATURES:
+        return f"changed the protocol (added the table features {', '.join(sorted(added - INERT_FEATURES))})"
+    return None
 
 
 def schema_shape(schema_json: str) -> tuple[tuple[str, str, bool], ...]:
@@ -116,8 +166,10 @@ _ONE_WRITER = "keep other writers' INSERT, UPDATE, DELETE and MERGE off the sink
 def _unreconcilable(actions: list[dict[str, Any]], planned: Planned, app: str) -> tuple[str, str] | None:
     """Why a commit by another writer rules out a re-plan, with the fix; None: it does not."""
     for action in actions:
-        if "protocol" in action:
-            return "changed the protocol", "undo the protocol change (or drop the table and restart the snapshot)"
+        change = _protocol_change(protocol_of(action["protocol"]), planned.protocol) if "protocol" in action \
+            else None
+        if change is not None:
+            return change, "undo the protocol change (or drop the table and restart the snapshot)"
         if "metaData" in action:
             meta = action["metaData"]
             if schema_shape(meta.get("schemaString", "{}")) != planned.schema or \
@@ -134,12 +186,16 @@ def _unreconcilable(actions: list[dict[str, Any]], planned: Planned, app: str) -
 
 # delta-rs's, and the deletion-vector MERGE's own: another writer took the version planned on
 CONFLICTS: tuple[type[BaseException], ...] = (CommitFailedError, CommitConflict)
+# ... and a file of the version planned on gone (another writer's compaction, then its VACUUM)
+_REPLANNED: tuple[type[BaseException], ...] = (*CONFLICTS, FileNotFoundError)
 
 
 def replanning(read: Callable[[], DeltaTable], write: Callable[[DeltaTable], T], storage_options: dict[str, str],
                app: str, what: str, hooks: Hooks = NO_HOOKS) -> T:
     """Run ``write`` on the table ``read`` gives; when another writer committed first, check its
-    commits (:func:`check_commits_since`) and plan ``write`` again on the newest version.
+    commits (:func:`check_commits_since`) and plan ``write`` again on the newest version. A file
+    of the version read that is gone while other writers committed since (a compaction, then a
+    VACUUM with no retention) is planned again the same way.
 
     ``hooks`` is passed ``delta_planned`` between the read and the write (tests commit there as
     another writer would).
@@ -154,8 +210,10 @@ def replanning(read: Callable[[], DeltaTable], write: Callable[[DeltaTable], T],
         hooks.reached("delta_planned")
         try:
             return write(table)
-        except CONFLICTS as exc:
+        except _REPLANNED as exc:
             newest = check_commits_since(planned, storage_options, app)
+            if isinstance(exc, FileNotFoundError) and newest == planned.version:
+                raise  # no other writer since: not a file that a compaction and a VACUUM took
             log.info("%s: planned on version %d, another writer committed up to version %d first (%s): planned "
                      "again", what, planned.version, newest, str(exc).splitlines()[0][:200])
     raise SharedTableConflict(f"{what}: other writers committed to {planned.uri} before each of {MAX_REPLANS + 1} "

@@ -234,17 +234,17 @@ class DeletionVectorMerge:
         position = {p: i for i, p in enumerate(paths)}
         for path in deletes:
             i = position[path]
-            actions.append(_remove(path, files["size_bytes"][i], old.get(path), now, data_change=True))
+            actions.append(remove_action(path, files["size_bytes"][i], old.get(path), now, data_change=True))
             actions.append({"add": {"path": path, "partitionValues": {}, "size": files["size_bytes"][i],
                                     "modificationTime": now, "dataChange": True, "stats": _wide_stats(files, i),
                                     "deletionVector": vectors[path]}})
         for f, _ in added:
-            add = _add(f)
+            add = add_action(f)
             if f.path in own:
                 add.update(stats=json.dumps({**json.loads(f.stats), "tightBounds": False}),
                            deletionVector=vectors[f.path])
             actions.append({"add": add})
-        version = _commit_next(table, root, actions)
+        version = commit_next(table, root, actions)
         self._descriptors.setdefault(table.table_uri, {}).update(vectors)
         self._hidden[table.table_uri] = (version, {**hidden, **deletes, **own})
         log.info("mirror of %s: batch %d as deletion vectors: %d rows hidden in %d of %d files (%d key columns "
@@ -285,7 +285,7 @@ class DeletionVectorMerge:
         out = {p: known[p] for p, n in cardinality.items() if p in known and int(known[p]["cardinality"]) == n}
         missing = set(cardinality) - set(out)
         if missing:
-            out.update(_descriptors_in_log(root, table.version(), missing))
+            out.update(descriptors_in_log(root, table.version(), missing))
         return out
 
 
@@ -322,7 +322,7 @@ def purge(table: DeltaTable, fraction: float = 0.5) -> int:
     due = sorted(p for p, h in hidden.items() if rows_of.get(p) and len(h) >= fraction * rows_of[p])
     if not due:
         return 0
-    old = _descriptors_in_log(root, table.version(), set(due))
+    old = descriptors_in_log(root, table.version(), set(due))
     now = int(time.time() * 1000)
     actions: list[dict[str, Any]] = [{"commitInfo": {"timestamp": now, "operation": "REORG", "clientVersion": "spark-cdc",
                                                      "operationParameters": {"applyPurge": "true"}}}]
@@ -331,9 +331,9 @@ def purge(table: DeltaTable, fraction: float = 0.5) -> int:
         keep = np.ones(rows.num_rows, dtype=bool)
         keep[hidden[path]] = False
         written = write_file(table.table_uri, {}, "", "mirror", rows.filter(pa.array(keep)))
-        actions.append(_remove(path, size_of[path], old.get(path), now, data_change=False))
-        actions.append({"add": {**_add(written), "dataChange": False}})
-    _commit_next(table, root, actions)
+        actions.append(remove_action(path, size_of[path], old.get(path), now, data_change=False))
+        actions.append({"add": {**add_action(written), "dataChange": False}})
+    commit_next(table, root, actions)
     return len(due)
 
 
@@ -355,9 +355,9 @@ def commit_rewrite(table: DeltaTable, staged: list[StagedFile], old: list[tuple[
                         "operationParameters": {"predicate": "every file rewritten"}}},
         {"txn": {"appId": app, "version": batch_id, "lastUpdated": now}},
     ]
-    actions += [_remove(path, size, None, now, data_change=True) for path, size in old]
-    actions += [{"add": _add(f)} for f in staged]
-    _commit_next(table, root, actions)
+    actions += [remove_action(path, size, None, now, data_change=True) for path, size in old]
+    actions += [{"add": add_action(f)} for f in staged]
+    commit_next(table, root, actions)
 
 
 def _wide_stats(files: dict[str, list[Any]], i: int) -> str:
@@ -384,19 +384,19 @@ def _nest(flat: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _add(f: StagedFile) -> dict[str, Any]:
+def add_action(f: StagedFile) -> dict[str, Any]:
     return {"path": f.path, "partitionValues": {}, "size": f.size, "modificationTime": f.modification_time,
             "dataChange": True, "stats": f.stats}
 
 
-def _remove(path: str, size: int, vector: dict[str, Any] | None, now: int, *, data_change: bool) -> dict[str, Any]:
+def remove_action(path: str, size: int, vector: dict[str, Any] | None, now: int, *, data_change: bool) -> dict[str, Any]:
     """The ``remove`` of a live file, naming the deletion vector it carries (a logical file is
     its path and its vector)."""
     return {"remove": {"path": path, "deletionTimestamp": now, "dataChange": data_change, "extendedFileMetadata": True,
                        "partitionValues": {}, "size": size, **({"deletionVector": vector} if vector else {})}}
 
 
-def _commit_next(table: DeltaTable, root: str, actions: list[dict[str, Any]]) -> int:
+def commit_next(table: DeltaTable, root: str, actions: list[dict[str, Any]]) -> int:
     """Commit ``actions`` as ``table``'s next version, then write a checkpoint when the log has
     grown ``CHECKPOINT_EVERY`` versions past the last one (delta-rs checkpoints its own commits
     at multiples of its interval only: one of ours landing there, or a run of them, would leave
@@ -421,7 +421,7 @@ def _commit(root: str, version: int, actions: list[dict[str, Any]]) -> None:
         f.write(b"\n".join(json.dumps(a, separators=(",", ":")).encode() for a in actions) + b"\n")
 
 
-def _descriptors_in_log(root: str, newest: int, paths: set[str]) -> dict[str, dict[str, Any]]:
+def descriptors_in_log(root: str, newest: int, paths: set[str]) -> dict[str, dict[str, Any]]:
     """The deletion vector of the newest ``add`` of each of ``paths``: JSON commits newest first,
     then the checkpoint they start after."""
     found: dict[str, dict[str, Any]] = {}

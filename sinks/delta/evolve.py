@@ -26,6 +26,14 @@ after the rewrite's commit and before its record reads the table's schema as the
 keep plain Parquet column names (no Delta column mapping): the executors write the Parquet files
 that a batch commits, and every reader reads the tables.
 
+Each commit of a schema change is planned on the table's newest version, and planned again when
+another writer (a platform's OPTIMIZE, VACUUM or properties change) commits first
+(:func:`sinks.delta.conflicts.replanning`; a schema or data change by another stops it, naming the
+commit). A rewrite's overwrite replaces the whole table as Delta's ``replaceWhere`` does (a
+predicate true of every row), so that delta-rs checks the commits since the version it read: a
+plain overwrite planned before another writer's compaction removed the files it had read and kept
+the compaction's, every row twice (delta-rs 1.6.6; tests/test_shared_lake.py).
+
 Each table records its sink schema in the table property ``spark_cdc.schema`` (at creation and at
 every evolution), which a restart reads back (:func:`recorded_schema`): after a lenient DROP
 COLUMN the source's catalog no longer has the column, but the sink tables still do, and a DDL
@@ -38,6 +46,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Callable
+from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -48,6 +58,7 @@ from cdc.model.history import wider_type
 from cdc.model.hooks import NO_HOOKS, Hooks
 from cdc.model.schema import TableSchema, schema_from_dict, schema_to_dict
 from sinks.changes import conform
+from sinks.delta.conflicts import replanning
 from sinks.delta.tables import (
     PROP_KEY,
     PROP_PENDING,
@@ -66,6 +77,8 @@ PROP_STATS = "delta.dataSkippingStatsColumns"
 _APPEND_ONLY = "delta.appendOnly"
 APP_SCHEMA = "spark-cdc/schema"  # app transaction of a rewrite that dropped or renamed columns
 IMAGES = ("before", "after")  # the changelog's struct columns that hold the table's columns
+WHOLE_TABLE = "1 = 1"  # a rewrite's overwrite predicate: every row replaced, concurrent commits checked
+R = TypeVar("R")
 
 
 def ensure_table(uri: str, storage_options: dict[str, str], schema: TableSchema, kind: TableKind,
@@ -126,39 +139,55 @@ def evolve_table(table: DeltaTable, uri: str, storage_options: dict[str, str], s
         return _evolve_exactly(table, uri, storage_options, schema, storage, actual, hooks)
     if actual.equals(expected, check_metadata=False):
         return False
-    return _grow(table, uri, storage_options, schema, storage, actual)
+    return _grow(table, uri, storage_options, schema, storage, actual, hooks)
+
+
+def _committing(table: DeltaTable, storage_options: dict[str, str], what: str, hooks: Hooks,
+                write: Callable[[DeltaTable], R]) -> R:
+    """One commit of a schema change: ``write`` on the table's newest version, planned again when
+    another writer commits first (:func:`sinks.delta.conflicts.replanning`; ``hooks`` pass
+    ``delta_planned`` before each attempt)."""
+    def read() -> DeltaTable:
+        table.update_incremental()
+        return table
+
+    return replanning(read, write, storage_options, APP_SCHEMA, f"{what} of {table.table_uri}", hooks)
 
 
 def _grow(table: DeltaTable, uri: str, storage_options: dict[str, str], schema: TableSchema,
-          storage: pa.Schema, actual: pa.Schema) -> bool:
+          storage: pa.Schema, actual: pa.Schema, hooks: Hooks) -> bool:
     """Add columns and widen types (see :func:`evolve_table`)."""
     plan = _plan(list(actual), list(delta_arrow(storage)))
     if plan is None:
         return False
     added, widened = plan
     if added:
-        table.alter.add_columns(added)  # type: ignore[arg-type]  # delta-rs Fields
+        _committing(table, storage_options, "adding columns", hooks,
+                    lambda t: t.alter.add_columns(added))  # type: ignore[arg-type]  # delta-rs Fields
         log.info("%s: added columns %s (Delta schema change, no rewrite)", uri,
                  ", ".join(_names(f) for f in added))
     if widened:
-        _rewrite(table, uri, storage_options, storage, widened)
-    _record(table, schema, storage)
+        _rewrite(table, uri, storage_options, storage, widened, hooks)
+    _record(table, storage_options, schema, storage, hooks)
     return True
 
 
-def _record(table: DeltaTable, schema: TableSchema, storage: pa.Schema, key: bool = False) -> None:
+def _record(table: DeltaTable, storage_options: dict[str, str], schema: TableSchema, storage: pa.Schema,
+            hooks: Hooks, key: bool = False) -> None:
     """Record ``schema`` (and its statistics columns; with ``key``, its primary key: a key column
     was renamed) in the table's properties."""
-    table.update_incremental()
-    properties = {PROP_SCHEMA: json.dumps(schema_to_dict(schema))}
-    if table.metadata().configuration.get(PROP_PENDING):
-        properties[PROP_PENDING] = ""  # the rewrite it named is recorded
-    if key:
-        properties[PROP_KEY] = json.dumps(list(schema.primary_key))
-    stats = stats_columns(storage)
-    if stats:
-        properties[PROP_STATS] = ",".join(stats)
-    table.alter.set_table_properties(properties, raise_if_not_exists=False)
+    def write(t: DeltaTable) -> None:
+        properties = {PROP_SCHEMA: json.dumps(schema_to_dict(schema))}
+        if t.metadata().configuration.get(PROP_PENDING):
+            properties[PROP_PENDING] = ""  # the rewrite it named is recorded
+        if key:
+            properties[PROP_KEY] = json.dumps(list(schema.primary_key))
+        stats = stats_columns(storage)
+        if stats:
+            properties[PROP_STATS] = ",".join(stats)
+        t.alter.set_table_properties(properties, raise_if_not_exists=False)
+
+    _committing(table, storage_options, "recording the sink schema", hooks, write)
     table.update_incremental()
 
 
@@ -230,13 +259,13 @@ def _evolve_exactly(table: DeltaTable, uri: str, storage_options: dict[str, str]
     key_renamed = recorded_key is not None and list(schema.primary_key) != json.loads(recorded_key) and \
         [key_sources.get(k) for k in schema.primary_key] == json.loads(recorded_key)
     if moved or dropped or reordered:
-        _restructure(table, uri, storage_options, schema, storage, sources, moved, dropped)
+        _restructure(table, uri, storage_options, schema, storage, sources, moved, dropped, hooks)
         hooks.reached("sink_rewritten")  # crash tests: the rewrite committed, its schema not recorded yet
     elif not actual.equals(delta_arrow(storage), check_metadata=False):
-        return _grow(table, uri, storage_options, schema, storage, actual)
+        return _grow(table, uri, storage_options, schema, storage, actual, hooks)
     elif have == schema:
         return False
-    _record(table, schema, storage, key_renamed)
+    _record(table, storage_options, schema, storage, hooks, key_renamed)
     return True
 
 
@@ -285,29 +314,32 @@ def _cast(array: pa.Array, to: pa.DataType) -> pa.Array:
 
 def _restructure(table: DeltaTable, uri: str, storage_options: dict[str, str], schema: TableSchema,
                  storage: pa.Schema, sources: dict[str, str | None], moved: dict[str, str],
-                 dropped: set[str]) -> None:
+                 dropped: set[str], hooks: Hooks) -> None:
     """Rewrite every row into ``storage`` (one overwrite commit carrying the schema's app
     transaction): dropped columns leave, renamed ones move, added ones are null."""
-    rows = read_table(uri, storage_options)
-    log.warning("%s: rewriting the table (%d rows) for %s: Delta tables without column mapping drop, "
-                "rename and place columns by a rewrite", uri, rows.num_rows,
-                "; ".join([f"renamed {s} to {n}" for n, s in moved.items()] +
-                          [f"dropped {d}" for d in sorted(dropped)]) or "the new column order")
-    out = remap(rows, storage, sources)
+    what = "; ".join([f"renamed {s} to {n}" for n, s in moved.items()] +
+                     [f"dropped {d}" for d in sorted(dropped)]) or "the new column order"
     append_only = table.metadata().configuration.get(_APPEND_ONLY) == "true"
     # name the schema first: a restart after the rewrite's commit and before its record reads it
     # back (current_schema), rather than the recorded one the table no longer has
     properties = {PROP_PENDING: json.dumps(schema_to_dict(schema))}
     if append_only:
         properties[_APPEND_ONLY] = "false"
-    table.alter.set_table_properties(properties, raise_if_not_exists=False)
-    table.update_incremental()
-    write_deltalake(table, out, mode="overwrite", schema_mode="overwrite",
-                    commit_properties=CommitProperties(app_transactions=[Transaction(APP_SCHEMA,
-                                                                                     schema_token(schema))]))
+    _committing(table, storage_options, "naming the schema of a rewrite", hooks,
+                lambda t: t.alter.set_table_properties(properties, raise_if_not_exists=False))
+
+    def overwrite(t: DeltaTable) -> None:
+        rows = read_table(uri, storage_options)  # the version ``t`` has, or a later one: the commit checks
+        log.warning("%s: rewriting the table (%d rows) for %s: Delta tables without column mapping drop, "
+                    "rename and place columns by a rewrite", uri, rows.num_rows, what)
+        write_deltalake(t, remap(rows, storage, sources), mode="overwrite", schema_mode="overwrite",
+                        predicate=WHOLE_TABLE, commit_properties=CommitProperties(
+                            app_transactions=[Transaction(APP_SCHEMA, schema_token(schema))]))
+
+    _committing(table, storage_options, "a rewrite", hooks, overwrite)
     if append_only:
-        table.update_incremental()
-        table.alter.set_table_properties({_APPEND_ONLY: "true"})
+        _committing(table, storage_options, "restoring delta.appendOnly", hooks,
+                    lambda t: t.alter.set_table_properties({_APPEND_ONLY: "true"}))
 
 
 def _plan(actual: list[pa.Field], expected: list[pa.Field]) -> tuple[list[object], list[str]] | None:
@@ -355,16 +387,20 @@ def _names(field: object) -> str:
 
 
 def _rewrite(table: DeltaTable, uri: str, storage_options: dict[str, str], storage: pa.Schema,
-             widened: list[str]) -> None:
+             widened: list[str], hooks: Hooks) -> None:
     """Rewrite every row with the wider types (one overwrite commit)."""
-    rows = conform(read_table(uri, storage_options), storage)
-    log.warning("%s: rewriting the table (%d rows) to widen %s: delta-rs has no Delta type widening",
-                uri, rows.num_rows, ", ".join(widened))
     append_only = table.metadata().configuration.get(_APPEND_ONLY) == "true"
     if append_only:
-        table.alter.set_table_properties({_APPEND_ONLY: "false"})
-        table.update_incremental()
-    write_deltalake(table, rows, mode="overwrite", schema_mode="overwrite")
+        _committing(table, storage_options, "lifting delta.appendOnly", hooks,
+                    lambda t: t.alter.set_table_properties({_APPEND_ONLY: "false"}))
+
+    def overwrite(t: DeltaTable) -> None:
+        rows = conform(read_table(uri, storage_options), storage)  # the version ``t`` has, or a later one
+        log.warning("%s: rewriting the table (%d rows) to widen %s: delta-rs has no Delta type widening",
+                    uri, rows.num_rows, ", ".join(widened))
+        write_deltalake(t, rows, mode="overwrite", schema_mode="overwrite", predicate=WHOLE_TABLE)
+
+    _committing(table, storage_options, "a rewrite", hooks, overwrite)
     if append_only:
-        table.update_incremental()
-        table.alter.set_table_properties({_APPEND_ONLY: "true"})
+        _committing(table, storage_options, "restoring delta.appendOnly", hooks,
+                    lambda t: t.alter.set_table_properties({_APPEND_ONLY: "true"}))

@@ -272,14 +272,17 @@ def write_table_file(
     return write_file(config.uri(schema.table_id, kind), config.storage_options, str(schema.table_id), kind, rows)
 
 
-def write_file(uri: str, storage_options: dict[str, str], table: str, kind: TableKind, rows: pa.Table) -> StagedFile:
-    """One Parquet file of ``rows`` in the Delta table at ``uri`` (not committed)."""
+def write_file(uri: str, storage_options: dict[str, str], table: str, kind: TableKind, rows: pa.Table,
+               row_group_rows: int | None = None) -> StagedFile:
+    """One Parquet file of ``rows`` in the Delta table at ``uri`` (not committed); row groups of at
+    most ``row_group_rows`` (None: pyarrow's default)."""
     path = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
     fs, root = table_storage(uri, storage_options)
     if root:
         os.makedirs(root, exist_ok=True)
     target = os.path.join(root, path)
-    pq.write_table(rows, target, filesystem=fs, compression="snappy", **_parquet_options(kind, rows.schema))
+    pq.write_table(rows, target, filesystem=fs, compression="snappy", row_group_size=row_group_rows,
+                   **_parquet_options(kind, rows.schema))
     info = fs.get_file_info(target)
     return StagedFile(
         kind=kind, table=table, path=path, size=int(info.size),

@@ -261,10 +261,17 @@ def changelog_batches_after(sink: DeltaTables, schema: TableSchema, after: int) 
         return [(batch, pa.concat_tables([conform(pq.read_table(p, filesystem=fs), storage) for p in paths]))
                 for batch, paths in sorted(found) if paths]
     except FileNotFoundError as exc:
-        raise _gap(schema, f"a data file of a batch after {after} ({exc})") from None
+        raise _gap(schema, f"a data file of a batch after {after} ({exc})", VACUUMED) from None
 
 
-def _gap(schema: TableSchema, what: str) -> ChangelogGap:
+# Why a changelog's data file of a batch the mirror lacks is gone: the job's own VACUUM keeps them
+# (sinks/delta/maintenance.py), another writer's does not once a compaction removed them
+VACUUMED = ("another writer's VACUUM of the changelog deleted it after a compaction: keep the retention "
+            "of VACUUMs on the changelog above the longest the job may be stopped, and an hour at least "
+            "(docs/operating/maintenance.md)")
+
+
+def _gap(schema: TableSchema, what: str, cause: str = "") -> ChangelogGap:
     return ChangelogGap(f"the changelog of {schema.table_id} no longer has {what}, which its mirror "
-                        "needs to catch up after a crash: take a new snapshot into a new sink path and "
-                        "checkpoint", table=str(schema.table_id))
+                        f"needs to catch up after a crash{f' ({cause})' if cause else ''}: take a new snapshot "
+                        "into a new sink path and checkpoint", table=str(schema.table_id))

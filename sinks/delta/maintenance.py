@@ -23,7 +23,9 @@ tables (``sink.maintenance``, on by default):
   conflict), and so does the job's end; a failure surfaces at the next batch.
 * **Compaction:** the files smaller than the target size (``mirror_file_size``,
   ``changelog_file_size``) are rewritten into files of about that size, in one commit that
-  changes no data (``dataChange: false``). Stream readers of the changelog skip it, and the app
+  changes no data (``dataChange: false``), created only if no other writer committed since the
+  compaction read the table (:mod:`sinks.delta.compaction`: delta-rs's own compaction would
+  commit over a platform's compaction of the same files, every row twice). Stream readers of the changelog skip it, and the app
   transactions stay, so replays are still recognised. A crash during it leaves unreferenced
   files, which a later VACUUM deletes.
 * **Deletion vectors** (``sink.deletion_vectors``): the mirror's files whose vectors hide half
@@ -44,9 +46,11 @@ tables (``sink.maintenance``, on by default):
   after such a commit (delta-rs's ``keep_versions``). The mirror trails by a few batches, so
   that is at most the files of the last compaction or two, until the next maintenance.
 
-delta-rs does the work for both engines. It compacts the delta-spark engine's mirror too, whose
-files carry deletion vectors (the rows they hide stay out of the new files), in milliseconds
-where Spark's OPTIMIZE took seconds and its VACUUM two minutes on the same small table here.
+The job does the work for both engines, without Spark (:mod:`sinks.delta.compaction` on a local
+table, delta-rs's compaction on an object store, delta-rs's VACUUM). It compacts the delta-spark
+engine's mirror too, whose files carry deletion vectors (the rows they hide stay out of the new
+files), in milliseconds where Spark's OPTIMIZE took seconds and its VACUUM two minutes on the same
+small table here.
 
 The mirror's target size is also its ``delta.targetFileSize``, which delta-rs's MERGE follows. A
 MERGE rewrites each touched file whole, into files of at most that size. Without the cap
@@ -71,11 +75,13 @@ from cdc.model.errors import CdcError
 from cdc.model.hooks import NO_HOOKS, Hooks
 from cdc.model.schema import TableId
 from sinks.delta.commits import MissingCommit, commits_newest_first, table_fs
-from sinks.delta.conflicts import CONFLICTS
+from sinks.delta.compaction import compact
+from sinks.delta.conflicts import CONFLICTS, replanning
 from sinks.delta.deletion_vectors import PROP_ENABLED as PROP_DELETION_VECTORS
 from sinks.delta.deletion_vectors import enabled as deletion_vectors_enabled
 from sinks.delta.deletion_vectors import purge, unused_files
 from sinks.delta.engines import DeltaTables
+from sinks.delta.files import local_dir
 from sinks.delta.tables import PROP_KEY, TableKind, open_table
 
 log = logging.getLogger(__name__)
@@ -145,7 +151,15 @@ class Maintainer:
                 self.tables.config.wants_deletion_vectors(new=table.version() == 0):
             wanted[PROP_DELETION_VECTORS] = "true"
         if any(current.get(k) != v for k, v in wanted.items()):
-            table.alter.set_table_properties(wanted, raise_if_not_exists=False)
+            def fresh() -> DeltaTable:
+                table.update_incremental()
+                return table
+
+            # planned again when a platform's property change takes the version first (delta-rs:
+            # "Metadata changed"); its properties stay beside these
+            replanning(fresh, lambda t: t.alter.set_table_properties(wanted, raise_if_not_exists=False),
+                       self.tables.config.storage_options, self.tables.app_id, f"the mirror of {table_id}'s properties",
+                       self.hooks)
             if PROP_DELETION_VECTORS in wanted and current.get(PROP_DELETION_VECTORS) != "true":
                 log.info("mirror of %s: its MERGEs write deletion vectors (sink.deletion_vectors); read it with "
                          "Spark, DuckDB, Polars or delta-rs's scan()/QueryBuilder, not delta-rs's to_pandas() or "
@@ -278,7 +292,7 @@ class Maintainer:
         log.info("maintenance of %s's %s: %s; %.2f s", table_id, kind, done, time.perf_counter() - began)
 
     def _changelog_maintenance(self, table_id: TableId) -> str:
-        compacted = self._compact(self._table(table_id, "changelog"), self.config.changelog_file_size)
+        compacted = self._compact(self._table(table_id, "changelog"), "changelog", self.config.changelog_file_size)
         keep = self._kept_for_mirror(table_id)
         kept = f" (kept the files of changelog versions {keep} for the mirror)" if keep else ""
         return f"compacted {compacted}; VACUUM deleted {self._vacuum(table_id, 'changelog', keep)} files{kept}"
@@ -291,14 +305,16 @@ class Maintainer:
             # stalled the mirror for 28 s at TPC-DS SF1000 (12M rows)
             purged = f"{purge(table)} files purged of their deleted rows, "
             size //= 2
-        compacted = self._compact(table, size)
+        compacted = self._compact(table, "mirror", size)
         return f"{purged}compacted {compacted}; VACUUM deleted {self._vacuum(table_id, 'mirror', [])} files"
 
-    @staticmethod
-    def _compact(table: DeltaTable, size: int) -> str:
-        metrics = table.optimize.compact(
-            target_size=size, max_concurrent_tasks=1,
-            writer_properties=WriterProperties(max_row_group_size=ROW_GROUP_ROWS, compression="SNAPPY"))
+    def _compact(self, table: DeltaTable, kind: TableKind, size: int) -> str:
+        if local_dir(table.table_uri) is not None:  # committed only if no other writer committed since its read
+            metrics = compact(table, kind, size, ROW_GROUP_ROWS, self.hooks)
+        else:
+            metrics = table.optimize.compact(
+                target_size=size, max_concurrent_tasks=1,
+                writer_properties=WriterProperties(max_row_group_size=ROW_GROUP_ROWS, compression="SNAPPY"))
         return f"{metrics['numFilesRemoved']} files into {metrics['numFilesAdded']}"
 
     def _table(self, table_id: TableId, kind: TableKind) -> DeltaTable:

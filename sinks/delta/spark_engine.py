@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -45,7 +46,7 @@ from sinks.changes import (
     snapshot_rows,
 )
 from sinks.delta.config import DeltaSinkConfig
-from sinks.delta.conflicts import MAX_REPLANS, Planned, check_commits_since
+from sinks.delta.conflicts import MAX_REPLANS, Planned, SharedTableConflict, check_commits_since
 from sinks.delta.evolve import ensure_table
 from sinks.delta.tables import (
     TableKind,
@@ -61,6 +62,25 @@ log = logging.getLogger(__name__)
 DELTA_CLASS = "io.delta.tables.DeltaTable"
 _TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+# Delta's exceptions for a commit that lost a race with another writer's (its own conflict check):
+# the Concurrent* ones, a metadata or protocol change (a platform's SET TBLPROPERTIES), and a file
+# of the version it read gone (a platform's compaction, then its VACUUM with no retention)
+# (by class name or error class: they arrive as delta-spark's delta.exceptions.captured.*, whose
+# text need not name the io.delta class)
+LOST_RACE = re.compile(r"\b(Concurrent\w*Exception|MetadataChangedException|ProtocolChangedException)\b"
+                       r"|\[DELTA_(CONCURRENT_\w+|METADATA_CHANGED|PROTOCOL_CHANGED)\b|FAILED_READ_FILE\.FILE_NOT_EXIST")
+
+
+def _first_line(exc: BaseException) -> str:
+    """The line of a Spark error that names it (py4j's carry the JVM's stack trace)."""
+    text = str(exc)
+    named = [line for line in text.splitlines() if LOST_RACE.search(line)]
+    return (named or text.splitlines() or [type(exc).__name__])[0].strip()[:300]
+
+
+def lost_race(exc: BaseException) -> bool:
+    """Whether Spark's Delta write failed on another writer's commit (it may be run again)."""
+    return LOST_RACE.search(f"{type(exc).__name__}: {exc}") is not None
 
 
 def active_session() -> Any | None:
@@ -119,13 +139,22 @@ class DeltaSparkWriter:
         return self._spark.createDataFrame(rows, schema=schema)
 
     def _deletion_vectors(self, uri: str) -> None:
-        """Enable deletion vectors on a mirror once (MERGE then writes them)."""
+        """Enable deletion vectors on a mirror once (MERGE then writes them); run again when
+        another writer's commit (a platform's property change) took the version first."""
         if uri in self._with_dv:
             return
-        props = self._spark.sql(f"SHOW TBLPROPERTIES delta.`{uri}`").collect()
-        if not any(r[0] == "delta.enableDeletionVectors" and r[1] == "true" for r in props):
-            self._spark.sql(f"ALTER TABLE delta.`{uri}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
+        for attempt in range(MAX_REPLANS + 1):
+            props = self._spark.sql(f"SHOW TBLPROPERTIES delta.`{uri}`").collect()
+            if any(r[0] == "delta.enableDeletionVectors" and r[1] == "true" for r in props):
+                break
+            try:
+                self._spark.sql(f"ALTER TABLE delta.`{uri}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
+            except Exception as exc:
+                if not lost_race(exc) or attempt == MAX_REPLANS:
+                    raise
+                continue
             self._schemas.pop(uri, None)
+            break
         self._with_dv.add(uri)
 
     def _checked(
@@ -195,8 +224,9 @@ class DeltaSparkWriter:
         """Run Spark's ``write`` once the commits since ``planned`` are checked: Spark reads the
         newest version itself and follows a compaction or a property change, but would also write
         over a schema another writer changed (:func:`check_commits_since` stops there). A write
-        that loses a race with another commit inside Spark (``io.delta.exceptions.Concurrent*``,
-        Delta's own conflict check) is checked and run again."""
+        that loses a race with another commit inside Spark (:func:`lost_race`: Delta's own conflict
+        check, a metadata change such as a platform's SET TBLPROPERTIES, a file a VACUUM deleted
+        meanwhile) is checked and run again."""
         self._hooks.reached("delta_planned")
         for attempt in range(MAX_REPLANS + 1):
             check_commits_since(planned, self._config.storage_options, app)
@@ -204,10 +234,16 @@ class DeltaSparkWriter:
                 write()
                 return
             except Exception as exc:
-                if "io.delta.exceptions.Concurrent" not in str(exc) or attempt == MAX_REPLANS:
+                if not lost_race(exc):
                     raise
+                if attempt == MAX_REPLANS:
+                    raise SharedTableConflict(
+                        f"other writers committed to {planned.uri} while each of {MAX_REPLANS + 1} attempts to commit "
+                        f"the batch ran (the last: {_first_line(exc)}); nothing of it is committed: make the "
+                        "maintenance that runs on the table less frequent, and keep its VACUUM's retention above an "
+                        "hour, then restart the job (the batch is replayed)", uri=planned.uri) from exc
                 log.info("%s: Spark's commit lost a race with another writer: checked and run again (%s)",
-                         planned.uri, str(exc).splitlines()[0][:200])
+                         planned.uri, _first_line(exc))
 
     def _append(self, uri: str, rows: pa.Table, app: str, batch_id: int) -> None:
         (
