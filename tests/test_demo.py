@@ -1,8 +1,7 @@
 """``python -m cdc demo --sink kafka|pulsar|pravega [--source postgres]``: the demo into a throwaway stream store.
 
-The Delta demo's test lives in tests/test_job.py, and the first one here runs it as `make demo`
-does: ``python -m cdc demo``, in a process of its own, whose Spark session is the one a job starts
-(:func:`cdc.app.runner.job_session`). The others run the same demo at 1,000 customers with the
+The first test runs the Delta demo as `make demo` does: ``python -m cdc demo``, in a process of
+its own, whose Spark session is the one a job starts (:func:`cdc.app.runner.job_session`). The others run the same demo at 1,000 customers with the
 Kafka sink, from MariaDB and from PostgreSQL: the demo starts its own servers and checks, with
 a plain read_committed consumer, that the newest message of each key equals the source.
 """

@@ -343,15 +343,3 @@ def test_password_never_reaches_output_logs_or_checkpoint(
         if f.is_file() and f.name != "job.yaml":
             assert secret.encode() not in f.read_bytes(), f"password written to {f}"
 
-
-# --- the demo ------------------------------------------------------------------------------------
-
-def test_demo_runs_end_to_end_at_a_small_scale(spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from cdc.app.demo import run_demo
-
-    assert run_demo(scale=0.01, workdir=tmp_path / "demo", spark=spark) == 0
-    out = capsys.readouterr().out
-    assert "tpcds.customer: 1000 rows" in out
-    assert "mirror equals the source (999 rows) and holds every change" in out
-    assert "spark-sql> SELECT count(*) FROM tpcds.customer\n    999\n" in out, "the demo ends with a query by name"
-
