@@ -102,7 +102,8 @@ def test_example_configs_validate(monkeypatch: pytest.MonkeyPatch) -> None:
                         "KAFKA_BOOTSTRAP": "127.0.0.1:9092", "KAFKA_USER": "u", "KAFKA_PASSWORD": "p",
                         "PG_HOST": "127.0.0.1", "PG_PORT": "5432", "PG_PASSWORD": "from-env",
                         "PULSAR_SERVICE_URL": "pulsar://127.0.0.1:6650",
-                        "PULSAR_ADMIN_URL": "http://127.0.0.1:8080"}.items():
+                        "PULSAR_ADMIN_URL": "http://127.0.0.1:8080",
+                        "PRAVEGA_CONTROLLER_URI": "tcp://127.0.0.1:9090"}.items():
         monkeypatch.setenv(name, value)  # configs/demo*.yaml: set by `python -m cdc demo`; kafka.yaml: by you
     for path in sorted(Path(__file__).parent.parent.joinpath("configs").glob("*.yaml")):
         load_config(path)
