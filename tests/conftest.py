@@ -156,7 +156,7 @@ SLOW_ON_DELTA_SPARK = frozenset({
 })
 
 
-# How long each ``slow`` test took in a CI rehearsal (node id -> seconds; scripts/slow_durations.py
+# How long each test took in a CI rehearsal (node id -> seconds; scripts/slow_durations.py
 # writes it from a run's JUnit XML). Only the order the workers start the slow tests in follows it:
 # a stale or missing entry changes no test and no result.
 SLOW_SECONDS = Path(TESTS_DIR) / "slow_durations.json"
