@@ -34,12 +34,12 @@ from sinks.pulsar.producers import Producers, partition_of
 from sinks.pulsar.sender import BatchSender
 from sinks.pulsar.sink import PulsarSink
 from sinks.pulsar.source import (
-    ARROW_SCHEMA,
     MessagesGone,
     PulsarTopicsReader,
     TopicSlice,
     parse_position,
 )
+from sinks.stream.follow_rows import ARROW_SCHEMA
 from sinks.stream.messages import NEW_KEY_HEADER, OLD_KEY_HEADER, Message
 
 # org.apache.pulsar.client.impl.Murmur3Hash32.getInstance().makeHash(key) % 7 for the keys "a",

@@ -52,10 +52,8 @@ from cdc.model.errors import CdcError, Transient
 from sinks.base import SinkError
 from sinks.pravega.client import stream_manager
 from sinks.pravega.config import PravegaSinkConfig
+from sinks.stream.follow_rows import ARROW_SCHEMA, ROWS_PER_BATCH, SCHEMA, rows_batch
 
-SCHEMA = "topic string, offset long, value binary"
-ARROW_SCHEMA = pa.schema([("topic", pa.string()), ("offset", pa.int64()), ("value", pa.binary())])
-ROWS_PER_BATCH = 10_000  # events per Arrow batch staged and read back
 STAGED = "pravega-events"  # the staged runs' folder in the checkpoint
 GROUPS = "groups.json"  # a run's reader groups, listed before they are created
 
@@ -325,21 +323,15 @@ async def _read_stream(group_reader: tuple[Any, Any], stream: str, group: str, p
                 if cap is not None and n + len(values) >= cap:
                     break
                 if len(values) >= ROWS_PER_BATCH:
-                    out.write_batch(_batch(stream, n, values))
+                    out.write_batch(rows_batch(stream, n, values))
                     n, values = n + len(values), []
             reader.release_segment(slice_)
             if not got:
                 break
         if values:
-            out.write_batch(_batch(stream, n, values))
+            out.write_batch(rows_batch(stream, n, values))
             n += len(values)
     reader.reader_offline()
     os.replace(tmp, path)
     return StreamRead(group, {}, n, str(path))
 
-
-def _batch(topic: str, first: int, values: list[bytes]) -> pa.RecordBatch:
-    count = len(values)
-    return pa.RecordBatch.from_arrays(
-        [pa.array([topic] * count, pa.string()), pa.array(range(first, first + count), pa.int64()),
-         pa.array(values, pa.binary())], schema=ARROW_SCHEMA)

@@ -45,10 +45,8 @@ from sinks.base import SinkError
 from sinks.pulsar.admin import PulsarAdmin
 from sinks.pulsar.config import PulsarSinkConfig
 from sinks.pulsar.producers import new_client, partition_topics
+from sinks.stream.follow_rows import ROWS_PER_BATCH, SCHEMA, rows_batch
 
-SCHEMA = "topic string, offset long, value binary"
-ARROW_SCHEMA = pa.schema([("topic", pa.string()), ("offset", pa.int64()), ("value", pa.binary())])
-ROWS_PER_BATCH = 10_000  # Arrow batches a task yields
 RECEIVER_QUEUE = 5_000  # messages a Reader prefetches
 
 Position = tuple[int, int, int]  # (ledger id, entry id, batch index): one message of a partition
@@ -278,15 +276,9 @@ def read_slice(client: pulsar.Client, s: TopicSlice, timeout_ms: int) -> Iterato
     for msg in _messages(client, s, timeout_ms):
         values.append(msg.data() or None)
         if len(values) == ROWS_PER_BATCH:
-            yield _batch(s.topic, first, values)
+            yield rows_batch(s.topic, first, values)
             first += len(values)
             values = []
     if values:
-        yield _batch(s.topic, first, values)
+        yield rows_batch(s.topic, first, values)
 
-
-def _batch(topic: str, first: int, values: list[bytes | None]) -> pa.RecordBatch:
-    n = len(values)
-    return pa.RecordBatch.from_arrays(
-        [pa.array([topic] * n, pa.string()), pa.array(range(first, first + n), pa.int64()),
-         pa.array(values, pa.binary())], schema=ARROW_SCHEMA)
