@@ -229,6 +229,8 @@ MARIADB_KNOWN = (
           theirs=_six_digits),
     Known("t_time", ("ts0", "ts2", "ts6", "tsnn"), "snapshot", "Debezium's snapshot drops a TIMESTAMP(n)'s "
           "trailing fraction zeros (00.5Z); its stream and we write n digits (00.50Z)", theirs=_trimmed_fraction),
+    Known("t_dflt", ("c",), "snapshot", "the same for a TIMESTAMP(3) whose milliseconds end in 0 (58.78Z "
+          "against 58.780Z), as its default CURRENT_TIMESTAMP(3) does one time in ten", theirs=_trimmed_fraction),
     Known("t_time", ("d", "dtnn"), "snapshot", "an invalid date (2024-02-30, ALLOW_INVALID_DATES): "
           "Debezium's snapshot rolls it over to 2024-03-01 and its stream stops on it; we write null "
           "(the column's default when NOT NULL)", keys=(5,)),
