@@ -30,3 +30,10 @@ def test_a_part_that_does_not_come_up_is_named_with_its_log_and_a_given_folder_i
             box.stop()
     assert (tmp_path / "ports.json").exists() and (tmp_path / "zookeeper" / "stdout.log").exists()
     assert box.pgids() == [], "nothing left running"
+
+
+def test_durable_is_refused_for_a_sandbox_other_than_pravega(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from cdc.app.cli import main
+
+    assert main(["sandbox", "kafka", "--durable", str(tmp_path)]) == 2
+    assert "--durable is for `sandbox pravega` only, not kafka" in capsys.readouterr().err
