@@ -10,6 +10,7 @@ the session (tests/pravega_server.py) but no database and no Spark.
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -68,6 +69,31 @@ def test_without_the_client_package_the_error_names_the_fix() -> None:
             "try:\n    client_module()\nexcept PravegaClientMissing as e:\n    print(e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "pip install 'spark-cdc[pravega]'" in out and "3.10 and 3.11" in out
+
+
+def test_the_java_client_names_its_fix_when_missing_and_gives_up_on_a_silent_controller(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fence's Java client (no Pravega needed): without its jars the error names `make setup`;
+    against a controller that takes connections and never answers, a call fails after
+    ``operation_timeout_s`` and the JVM is stopped."""
+    from sinks.pravega.fence import JavaClientTimeout, JavaTransactions, PravegaJavaClientMissing
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        config = PravegaSinkConfig(controller_uri=f"tcp://127.0.0.1:{silent.getsockname()[1]}", topic_prefix="t",
+                                   staging_path=str(tmp_path), operation_timeout_s=2)
+        with monkeypatch.context() as env:
+            env.setenv("SPARK_CDC_JARS", str(tmp_path))
+            with pytest.raises(PravegaJavaClientMissing, match=r"make setup.*SPARK_CDC_JARS"):
+                JavaTransactions(config)
+        java = JavaTransactions(config)
+        try:
+            with pytest.raises(JavaClientTimeout, match=r"operation_timeout_s=2 s"):
+                java.status("s", 1)
+            assert java.proc.poll() is not None, "the JVM still runs"
+        finally:
+            java.close()
 
 
 # --- against the session's server -----------------------------------------------------------------

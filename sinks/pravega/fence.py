@@ -185,10 +185,13 @@ class JavaTransactions:
 
     def close(self) -> None:
         """Stop the JVM (never raises)."""
-        with contextlib.suppress(Exception):
-            self.gateway.close()
         if self.proc.poll() is None:
             self.proc.kill()
         with contextlib.suppress(Exception):
             self.proc.wait(timeout=10)
+        with contextlib.suppress(Exception):
+            self.gateway.close()
+            # py4j would still tell the JVM about each Java object Python frees, and log an error
+            # for each refused connection
+            self.gateway._gateway_client.is_connected = False
         shutil.rmtree(self.tmp, ignore_errors=True)
