@@ -11,8 +11,8 @@ commit of it fails and writes nothing (seen on 0.13: the Python writer's ``commi
 stream stays empty).
 
 :class:`JavaTransactions` starts a JVM with ``jars/pravega/*`` only (not Spark's jars) and py4j's
-gateway (py4j ships with PySpark) and calls the Java client through it. The JVM starts in about
-1 s and the client's first answers take 2-3 s more (2 cores); it exits when the driver does
+gateway (py4j ships with PySpark) and calls the Java client through it. The gateway is up in about
+1 s and the client's first answers take 1.5-3 s more (2 loaded cores); the JVM exits when the driver does
 (py4j's ``die_on_exit``: it watches its stdin). Each call waits at most ``operation_timeout_s``
 (py4j's read timeout); one that does not answer in time stops the JVM and raises
 :class:`JavaClientTimeout`, as the control streams' helper does (:mod:`sinks.pravega.control`).
@@ -35,7 +35,7 @@ from sinks.pravega.config import PravegaSinkConfig
 
 Status = Literal["OPEN", "COMMITTING", "COMMITTED", "ABORTING", "ABORTED"]
 DONE: tuple[Status, ...] = ("COMMITTING", "COMMITTED")  # the controller commits it, whatever comes next
-UNDONE: tuple[Status, ...] = ("ABORTING", "ABORTED")  # it will never commit
+# (ABORTING and ABORTED never commit)
 log = logging.getLogger(__name__)
 _JVM_OPTIONS = ["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]  # a few calls: start fast, stay small
 _WRITER_ID = "spark-cdc-fence"  # the Java writers only look transactions up and abort them
