@@ -61,6 +61,12 @@ def java_client_jars() -> Path:
     return Path(root) / "pravega"
 
 
+def _java() -> str | None:
+    """``$JAVA_HOME/bin/java`` when ``JAVA_HOME`` is set, else the ``java`` on PATH (None: none)."""
+    home = os.environ.get("JAVA_HOME")
+    return shutil.which("java", path=os.path.join(home, "bin")) if home else shutil.which("java")
+
+
 class JavaTransactions:
     """Pravega's Java client in a JVM of its own, for the transactions of one scope (driver side).
 
@@ -74,9 +80,7 @@ class JavaTransactions:
     def __init__(self, config: PravegaSinkConfig) -> None:
         from py4j.java_gateway import GatewayParameters, JavaGateway, launch_gateway  # type: ignore[import-untyped]
 
-        jars = java_client_jars()
-        java = shutil.which("java", path=os.path.join(os.environ["JAVA_HOME"], "bin")
-                            ) if os.environ.get("JAVA_HOME") else shutil.which("java")
+        jars, java = java_client_jars(), _java()
         if java is None or not any(jars.glob("pravega-client-*.jar")):
             raise PravegaJavaClientMissing(
                 f"resolving a half-committed batch needs Pravega's Java client: "
@@ -84,11 +88,10 @@ class JavaTransactions:
                 f"install a JDK 17+ and run `make setup` (it resolves jars/pravega), or point "
                 f"SPARK_CDC_JARS at a folder holding pravega/")
         self.timeout_s = config.operation_timeout_s
-        self.scope = config.scope
-        self.tmp = tempfile.mkdtemp(prefix="spark-cdc-pravega-java-")
         port, token, self.proc = launch_gateway(classpath=str(jars / "*"), javaopts=_JVM_OPTIONS,
                                                 die_on_exit=True, return_proc=True, java_path=java,
                                                 enable_auth=True)
+        self.tmp = tempfile.mkdtemp(prefix="spark-cdc-pravega-java-")
         self.gateway = JavaGateway(gateway_parameters=GatewayParameters(
             port=port, auth_token=token, auto_convert=True, read_timeout=self.timeout_s))
         self.jvm = self.gateway.jvm
