@@ -1,7 +1,8 @@
 """The Pravega sink beyond the contract suite: its configuration, and its exactly-once protocol
-at the crash points the contract's single fault does not reach (a batch half committed across
-two streams, every stream committed but the batch not recorded, a restart after the
-transaction lease).
+at the crash points the contract's single fault does not reach (every stream committed but the
+batch not recorded; a batch half committed across two streams, its open transaction fenced
+against the dead driver's late commit; a restart after the transaction lease, told committed from
+aborted by the controller).
 
 The sink contract (tests/test_sink_contract.py) runs it too; these cases need the real Pravega of
 the session (tests/pravega_server.py) but no database and no Spark.
@@ -9,6 +10,7 @@ the session (tests/pravega_server.py) but no database and no Spark.
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -69,6 +71,31 @@ def test_without_the_client_package_the_error_names_the_fix() -> None:
     assert "pip install 'spark-cdc[pravega]'" in out and "3.10 and 3.11" in out
 
 
+def test_the_java_client_names_its_fix_when_missing_and_gives_up_on_a_silent_controller(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fence's Java client (no Pravega needed): without its jars the error names `make setup`;
+    against a controller that takes connections and never answers, a call fails after
+    ``operation_timeout_s`` and the JVM is stopped."""
+    from sinks.pravega.fence import JavaClientTimeout, JavaTransactions, PravegaJavaClientMissing
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        config = PravegaSinkConfig(controller_uri=f"tcp://127.0.0.1:{silent.getsockname()[1]}", topic_prefix="t",
+                                   staging_path=str(tmp_path), operation_timeout_s=2)
+        with monkeypatch.context() as env:
+            env.setenv("SPARK_CDC_JARS", str(tmp_path))
+            with pytest.raises(PravegaJavaClientMissing, match=r"make setup.*SPARK_CDC_JARS"):
+                JavaTransactions(config)
+        java = JavaTransactions(config)
+        try:
+            with pytest.raises(JavaClientTimeout, match=r"operation_timeout_s=2 s"):
+                java.status("s", 1)
+            assert java.proc.poll() is not None, "the JVM still runs"
+        finally:
+            java.close()
+
+
 # --- against the session's server -----------------------------------------------------------------
 
 
@@ -97,41 +124,89 @@ def _opened(config: PravegaSinkConfig, faults: FileFaults) -> PravegaSink:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("passes, committed_before_crash", [(2, 1), (3, 2)],
-                         ids=["one-of-two-streams-committed", "both-committed-batch-not-recorded"])
-def test_a_batch_interrupted_between_its_stream_commits_lands_once(
-        pravega_server: PravegaSandbox, tmp_path: Path, passes: int, committed_before_crash: int) -> None:
+def test_a_batch_committed_in_every_stream_but_not_recorded_is_recorded_and_not_written_again(
+        pravega_server: PravegaSandbox, tmp_path: Path) -> None:
     """The sink passes its fault point after writing each stream's transaction and after
-    committing each: a crash after ``passes`` passes leaves the ``prepared`` record with
-    ``committed_before_crash`` transactions committed; the restart finishes the rest (or only
-    records the batch), and each change is in its stream once."""
+    committing each: a crash after the third pass leaves the ``prepared`` record with both
+    transactions committed; the restart only records the batch, and each change is in its stream
+    once (one stream committed and the other open: the next test)."""
     faults = FileFaults(tmp_path / "faults")
     config = _config(pravega_server, tmp_path)
     sink = _opened(config, faults)
-    faults.arm("sink_commit", after=passes)
+    faults.arm("sink_commit", after=3)
     with pytest.raises(InjectedFault):
         sink.commit(0, _two_table_batch(sink))
-    visible = len(_values(config, SINGLE_KEY)) + len(_values(config, COMPOSITE_KEY))
-    assert visible == [0, 4, 7][committed_before_crash]
+    assert len(_values(config, SINGLE_KEY)) + len(_values(config, COMPOSITE_KEY)) == 7
     again = _opened(config, faults)
-    result = again.commit(0, _two_table_batch(again))  # Spark replays batch 0
-    assert any(c.changes for c in result) == (committed_before_crash < 2)
+    assert not any(c.changes for c in again.commit(0, _two_table_batch(again)))  # Spark replays batch 0
     assert sorted(_values(config, SINGLE_KEY)) == [("c", (k,)) for k in range(4)]
     assert sorted(_values(config, COMPOSITE_KEY)) == [("c", (k, "x")) for k in range(3)]
+
+
+def _crash_keeping_the_writers(sink: PravegaSink, faults: FileFaults, config: PravegaSinkConfig
+                               ) -> tuple[dict[str, Any], list[Any]]:
+    """Batch 0 of :func:`_two_table_batch`, crashed after the ``prepared`` record and the first
+    stream's commit; the dead driver's transaction objects by stream (its ``_publish`` frame's,
+    kept by the traceback) and their client and writers (the sink drops its own after a failure,
+    which stops their transactions: hold them while the transactions act as that driver's)."""
+    writers = [sink.manager, *(sink._txn_writer(config.topic(t.table_id)) for t in (SINGLE_KEY, COMPOSITE_KEY))]
+    faults.arm("sink_commit", after=2)  # both written, `prepared`, the first committed
+    with pytest.raises(InjectedFault) as crash:
+        sink.commit(0, _two_table_batch(sink))
+    for entry in crash.traceback:
+        if entry.name == "_publish":
+            txns: dict[str, Any] = entry.frame.f_locals["txns"]
+            return txns, writers
+    raise AssertionError("the crash did not come from PravegaSink._publish")
+
+
+@pytest.mark.slow  # ~70 s: the dead driver's commit of the fenced transaction fails after the client's 60 s of retries
+def test_an_open_transaction_is_fenced_so_the_dead_drivers_late_commit_writes_nothing(
+        pravega_server: PravegaSandbox, tmp_path: Path) -> None:
+    """Crash after the ``prepared`` record and the first stream's commit: the second stream's
+    transaction is still open. The restart fences it (aborts it through the Java client); the
+    dead driver's commit of it, arriving after that, fails and writes nothing; the replay writes
+    that stream once, and the next batch lands once."""
+    faults = FileFaults(tmp_path / "faults")
+    config = _config(pravega_server, tmp_path)
+    txns, _writers = _crash_keeping_the_writers(_opened(config, faults), faults, config)
+    open_txn = txns[config.topic(COMPOSITE_KEY.table_id)]
+    assert open_txn.is_open()
+    assert (len(_values(config, SINGLE_KEY)), len(_values(config, COMPOSITE_KEY))) == (4, 0)
+    again = _opened(config, faults)  # the restart resolves batch 0
+    try:
+        open_txn.commit()  # the dead driver's commit request, arriving late
+        late_commit_failed = False
+    except Exception:
+        late_commit_failed = True
+    assert any(c.changes for c in again.commit(0, _two_table_batch(again)))  # Spark replays batch 0
+    assert sorted(_values(config, SINGLE_KEY)) == [("c", (k,)) for k in range(4)]
+    assert sorted(_values(config, COMPOSITE_KEY)) == [("c", (k, "x")) for k in range(3)]
+    assert late_commit_failed, "the fenced transaction's commit went through"
     again.commit(1, [stage(again, SINGLE_KEY, [event("u", row(SINGLE_KEY, (0,)), row(SINGLE_KEY, (0,), c_int=5), 40)])])
     assert _values(config, SINGLE_KEY).count(("u", (0,))) == 1, "the next batch lands once after the recovery"
 
 
-def test_after_the_lease_a_closed_transaction_counts_as_unknown_and_is_written_again(
+def test_after_the_lease_the_controller_tells_a_committed_transaction_from_an_aborted_one(
         pravega_server: PravegaSandbox, tmp_path: Path) -> None:
-    """The documented limit: a restart after the transaction lease cannot tell a committed
-    transaction from one that expired, so the replay writes its stream again (at least once)."""
+    """A restart later than ``transaction_lease_s``: one stream's transaction committed, the
+    other's aborted (as Pravega aborts one whose lease ran out). The controller's answer, not the
+    clock, decides: the replay writes only the aborted one's stream, and each change is there once."""
+    from sinks.pravega.fence import JavaTransactions
+
     faults = FileFaults(tmp_path / "faults")
     config = _config(pravega_server, tmp_path)
-    sink = _opened(config, faults)
-    faults.arm("sink_commit", after=3)  # both streams committed, the batch not recorded
-    with pytest.raises(InjectedFault):
-        sink.commit(0, _two_table_batch(sink))
+    txns, _writers = _crash_keeping_the_writers(_opened(config, faults), faults, config)
+    committed, aborted = config.topic(SINGLE_KEY.table_id), config.topic(COMPOSITE_KEY.table_id)
+    txns[aborted].abort()
+    java = JavaTransactions(config)
+    try:
+        assert java.status(committed, int(txns[committed].get_txn_id())) == "COMMITTED"
+        assert java.status(aborted, int(txns[aborted].get_txn_id())) == "ABORTED"
+        assert java.status(aborted, 2**100 + 7) is None, "a transaction the controller never had"
+    finally:
+        java.close()
     late = _opened(config.model_copy(update={"transaction_lease_s": 1e-9}), faults)
     assert any(c.changes for c in late.commit(0, _two_table_batch(late)))
-    assert len(_values(config, SINGLE_KEY)) == 8, "the batch's share of each stream twice"
+    assert sorted(_values(config, SINGLE_KEY)) == [("c", (k,)) for k in range(4)]
+    assert sorted(_values(config, COMPOSITE_KEY)) == [("c", (k, "x")) for k in range(3)]

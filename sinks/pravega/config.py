@@ -59,8 +59,10 @@ class PravegaSinkConfig(StreamSinkConfig):
                                 "committed (default `<topic_prefix>.spark-cdc-commits`, same scope)")
     transaction_lease_s: float = Field(default=90.0, gt=0, description="the client's transaction lease "
                                        "(the Pravega Python client's, 90 s): a batch found half committed "
-                                       "after a restart within it is completed exactly; after it, the "
-                                       "streams whose outcome is unknown get the batch again (docs/sinks/pravega.md)")
+                                       "after a restart is completed exactly by asking the controller; only "
+                                       "a transaction the controller no longer knows counts as committed "
+                                       "within the lease and as unknown after it (its stream gets the batch "
+                                       "again: docs/sinks/pravega.md)")
     operation_timeout_s: float = Field(default=30.0, gt=0, description="seconds one call to Pravega may "
                                        "take (a transaction's events: seconds without progress) before the "
                                        "attempt fails; a batch gives up after `commit_retries` more attempts, "

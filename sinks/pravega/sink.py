@@ -16,14 +16,16 @@ batch that touches several streams is made atomic by a record in the control str
 4. a ``committed`` record.
 
 A restart reads the job's newest record. ``committed``: that batch and all before are done.
-``prepared``: each transaction still open was never asked to commit (Pravega aborts it at its
-lease) and its stream is written again by the replay (the batch is replayed with the same
-rows); one no longer open was committed when the
-restart comes within the transaction lease of the record (a transaction whose commit never
-reached Pravega stays open until its lease ends), so its stream is skipped by the replay. After
-the lease the outcome of a closed transaction is unknown to the Python client: its stream is
-written again, with a warning (at least once for that batch). docs/sinks/pravega.md has the crash
-table.
+``prepared``: the restart asks the controller the state of each transaction the record names,
+through Pravega's Java client (:mod:`sinks.pravega.fence`, a JVM started only then): one
+``COMMITTED`` or ``COMMITTING`` is done, and its stream is skipped by the replay (the batch is
+replayed with the same rows); one ``ABORTED`` or ``ABORTING`` is written again by the replay; one
+still ``OPEN`` is fenced first (aborted, so that a commit request of the dead driver still on its
+way fails), then written again, unless the abort lost to that commit (the state then says
+``COMMITTING``/``COMMITTED``: done). A transaction the controller no longer knows was not open:
+within ``transaction_lease_s`` of the record it counts as committed; after it, its outcome is
+unknown and its stream is written again, with a warning (at least once for that batch).
+docs/sinks/pravega.md has the crash table.
 
 A server that goes away: each attempt first checks that the controller takes a connection
 (within ``operation_timeout_s``), the control streams' calls have that deadline too
@@ -56,6 +58,7 @@ from sinks.pravega.client import (
 )
 from sinks.pravega.config import PravegaSinkConfig
 from sinks.pravega.control import ControlStreams
+from sinks.pravega.fence import DONE, JavaTransactions
 from sinks.stream.batches import batch_messages, clear_staging
 from sinks.stream.commit import Retry, StreamCommitter
 from sinks.stream.messages import StreamStageWriter
@@ -121,6 +124,8 @@ class PravegaSink(StreamCommitter, Sink):
         """A client call; its failure (the client raises plain errors) as :class:`Retry`."""
         try:
             return fn(*args)
+        except SinkError:
+            raise  # already names its fix (no Java client)
         except Exception as exc:
             raise Retry(f"{what}: {exc}") from None
 
@@ -183,21 +188,7 @@ class PravegaSink(StreamCommitter, Sink):
     def _resolve(self, record: dict[str, Any]) -> None:
         """Finish a batch whose ``prepared`` record is the newest: see the module's docstring."""
         batch = int(record["batch"])
-        late = time.time() - float(record["at"]) >= self.pravega.transaction_lease_s
-        committed: dict[str, int] = {}
-        for stream, txn_id in sorted(record["txns"].items()):
-            txn = self._call(f"look up transaction {txn_id}", self._txn_writer(stream).get_txn, int(txn_id))
-            if txn.is_open():  # never asked to commit: Pravega aborts it at its lease
-                # (the client cannot abort a transaction it did not begin: `get_txn(id).abort()` raises
-                # TxnFailedException, so a commit of the dead driver still on its way is not fenced)
-                log.info("pravega: batch %d's transaction on %s is open: the replay writes the stream again",
-                         batch, stream)
-            elif not late:
-                committed[stream] = int(txn_id)
-            else:
-                log.warning("pravega: batch %d's transaction on %s closed, and the restart came after its "
-                            "lease: whether it committed is unknown; the replay writes the stream's share "
-                            "of the batch again (it may appear twice)", batch, stream)
+        committed = self._committed_txns(batch, record)
         if set(committed) == set(record["txns"]):
             self._append({**record, "state": "committed", "at": time.time()})
             self.last_batch, self.schema_versions = batch, dict(record["schema_versions"])
@@ -207,6 +198,30 @@ class PravegaSink(StreamCommitter, Sink):
         self._append(record)  # as it is: this run's stream holds the job's state from now on
         log.info("pravega: batch %d was half committed (%s done); its replay writes the rest", batch,
                  ", ".join(sorted(committed)) or "no stream")
+
+    def _committed_txns(self, batch: int, record: dict[str, Any]) -> dict[str, int]:
+        """The transactions of a ``prepared`` record that committed (or will), by stream, each
+        open one fenced first, through Pravega's Java client (:mod:`sinks.pravega.fence`)."""
+        late = time.time() - float(record["at"]) >= self.pravega.transaction_lease_s
+        java = self._call("start Pravega's Java client", JavaTransactions, self.pravega)
+        committed: dict[str, int] = {}
+        try:
+            for stream, txn_id in sorted(record["txns"].items()):
+                state = self._call(f"fence transaction {txn_id} of {stream}", java.fence, stream, int(txn_id))
+                if state in DONE:
+                    committed[stream] = int(txn_id)
+                elif state is not None:
+                    log.info("pravega: batch %d's transaction on %s is %s: the replay writes the stream again",
+                             batch, stream, state)
+                elif not late:  # unknown to the controller, within the lease: not open, so committed
+                    committed[stream] = int(txn_id)
+                else:
+                    log.warning("pravega: batch %d's transaction on %s is unknown to the controller, and the "
+                                "restart came after its lease: whether it committed is unknown; the replay "
+                                "writes the stream's share of the batch again (it may appear twice)", batch, stream)
+        finally:
+            java.close()
+        return committed
 
     def _txn_writer(self, stream: str) -> Any:
         if stream not in self.writers:
