@@ -464,54 +464,65 @@ def test_stream_store_driver_killed_at_random_moments_is_exact(store: StreamStor
 
 
 class KillServerAt:
-    """Hooks that SIGKILL a server's process group at the first pass through ``sink_commit``
-    after ``armed`` (a file) appears, and do nothing elsewhere (picklable: executors get them)."""
+    """Hooks that SIGKILL a server's process groups at a pass through ``sink_commit`` once ``armed``
+    (a file) appears: the pass that finds the file holding 1 (each pass before counts it down), and
+    do nothing elsewhere (picklable: executors get them)."""
 
-    def __init__(self, pgid: int, armed: Path) -> None:
-        self.pgid, self.armed = pgid, str(armed)
+    def __init__(self, pgids: list[int], armed: Path) -> None:
+        self.pgids, self.armed = pgids, str(armed)
 
     def reached(self, point: str) -> None:
-        if point == "sink_commit" and os.path.exists(self.armed):
-            os.unlink(self.armed)
-            os.killpg(self.pgid, signal.SIGKILL)
+        if point != "sink_commit" or not os.path.exists(self.armed):
+            return
+        left = int(Path(self.armed).read_text())
+        if left > 1:
+            Path(self.armed).write_text(str(left - 1))
+            return
+        os.unlink(self.armed)
+        for pgid in self.pgids:
+            os.killpg(pgid, signal.SIGKILL)
 
 
 @pytest.mark.slow
-def test_pravega_killed_mid_batch_stops_the_job_naming_the_controller_and_the_batch_is_replayed(
+def test_pravega_killed_after_a_commit_stops_the_job_and_restarted_with_its_data_the_batch_lands_once(
         stream_pipeline: Pipeline, admin: Any, tmp_path: Path) -> None:
-    """A server of its own (the session's stays up), SIGKILLed after the sink wrote the first
-    batch with rows into its transaction and before it recorded it: the job stops within
-    ``operation_timeout_s`` x (``commit_retries`` + 1) with an error naming the controller, and
-    Spark's commit log does not pass the batch. The standalone server keeps nothing across a
-    restart (in-memory segment store and log), so it comes back empty: the restarted job writes
-    the replayed batch and what follows, each change once."""
+    """A Pravega of its own that keeps its data (cdc/app/sandbox/pravega_durable.py: ZooKeeper, a
+    bookie, the controller and the segment store; the session's standalone server stays up), all
+    SIGKILLed once the sink asked Pravega to commit the first batch with rows and before it recorded
+    that: the job stops within ``operation_timeout_s`` x (``commit_retries`` + 1) with an error
+    naming the controller, and Spark's commit log does not pass the batch. Restarted on its
+    folders, the server still has the control stream's ``prepared`` record and the transaction
+    (committing or committed): the restarted job takes the batch as committed and writes nothing
+    for it, and what follows lands once. A reader group sees each change once, in key order."""
     pytest.importorskip("pravega_client", reason="the Pravega client (`pravega`) has wheels for CPython 3.10 and 3.11 only")
     from pipeline import pravega_entry
 
-    from cdc.app.sandbox.pravega import start_pravega_sandbox
+    from cdc.app.sandbox.pravega_durable import start_durable_pravega_sandbox
 
-    server = start_pravega_sandbox(base_dir=str(tmp_path))
+    server = start_durable_pravega_sandbox(base_dir=str(tmp_path))
     try:
         p, prefix = stream_pipeline, f"gone{stream_pipeline.database}"
         p.sinks = [{**pravega_entry(p.workdir, server.controller_uri, prefix), "operation_timeout_s": 5,
                     "commit_retries": 1, "retry_backoff_s": 0.1}]
         create_table(admin, rows=300)  # batch 0 stages the 3 chunks, batch 1 emits them
-        assert server.proc is not None
-        p.faults = KillServerAt(server.proc.pid, tmp_path / "kill-armed")  # type: ignore[assignment]
-        (tmp_path / "kill-armed").touch()
+        armed = tmp_path / "kill-armed"
+        p.faults = KillServerAt(server.pgids(), armed)  # type: ignore[assignment]
+        armed.write_text("2")  # the 1st pass: the transaction written; the 2nd: its commit asked for
         with pytest.raises(JobFailed, match=rf"could not commit batch 1 to Pravega at "
                                             rf"controller_uri={re.escape(server.controller_uri)} in 2 attempts"):
             p.run()
-        assert not (tmp_path / "kill-armed").exists(), "the server was killed mid-batch"
+        assert not armed.exists(), "the server was killed mid-batch"
         commits = p.checkpoint / "commits"
         assert not (commits / "1").exists() and (p.checkpoint / "offsets" / "1").exists()
-        server.kill()
-        server.start()  # same ports, no data
+        server.kill()  # reaps the killed processes
+        server.start()  # same ports and folders: the data is back
         with admin.cursor() as cur:
             cur.execute("UPDATE t SET v = 'after', n = n + 1 WHERE id < 40")
             cur.execute("DELETE FROM t WHERE id BETWEEN 100 AND 110")
         replayed = p.run()
-        assert replayed[0].batch_id == 1 and replayed[0].wrote, replayed[0]
         StreamStore("pravega", server).assert_exact(p, prefix)
+        assert replayed[0].batch_id == 1 and replayed[0].snapshot_rows > 0, replayed[0]
+        assert not replayed[0].wrote, f"the replay wrote again: {replayed[0]}"
+        assert any(b.wrote for b in replayed[1:]), "the changes after the restart were written"
     finally:
         server.stop()

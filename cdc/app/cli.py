@@ -200,7 +200,9 @@ def _cmd_pipeline(args: argparse.Namespace) -> int:
 def _cmd_sandbox(args: argparse.Namespace) -> int:
     from cdc.app.sandbox import run_sandbox
 
-    return run_sandbox(args.kind)
+    if args.durable is not None and args.kind != "pravega":
+        return _fail(ConfigError(f"--durable is for `sandbox pravega` only, not {args.kind}: drop it"))
+    return run_sandbox(args.kind, durable=args.durable)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -292,9 +294,13 @@ def build_parser() -> argparse.ArgumentParser:
                                    "mysql (MariaDB, configured for CDC, with a CDC user), postgres (PostgreSQL, "
                                    "wal_level=logical, with a CDC role), kafka (one KRaft broker), pulsar (a "
                                    "standalone broker with deduplication on) or pravega (the standalone server, data "
-                                   "in memory). It prints the export line that the getting-started pages use "
+                                   "in memory; with --durable DIR, four JVMs that keep their data in DIR). It prints the export line that the getting-started pages use "
                                    "(pulsar: the sink's service_url and admin_url; pravega: its controller_uri).")
     p.add_argument("kind", choices=sorted(SANDBOXES), help="which server")
+    p.add_argument("--durable", metavar="DIR",
+                   help="pravega only: ZooKeeper, a bookie, the controller and the segment store as four "
+                        "JVMs whose data (and ports) live in DIR, kept after Ctrl-C and found again by the "
+                        "next start with the same DIR; a SIGKILL of its processes loses nothing")
     p.set_defaults(func=_cmd_sandbox)
 
     p = sub.add_parser("config-reference", help="print every config key, its default and meaning")

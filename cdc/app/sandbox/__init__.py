@@ -1,7 +1,8 @@
 """Throwaway servers for trying spark-cdc and for its tests: ``python -m cdc sandbox <kind>``.
 
 Each starts a real server from the machine's packages (no Docker, no system service) in a temp
-folder on a free loopback port, prints how to reach it, and removes it on Ctrl-C.
+folder on a free loopback port, prints how to reach it, and removes it on Ctrl-C; ``sandbox
+pravega --durable DIR`` keeps its data in ``DIR`` instead (:mod:`cdc.app.sandbox.pravega_durable`).
 """
 
 from __future__ import annotations
@@ -81,6 +82,18 @@ def _pravega() -> tuple[list[str], Callable[[], None]]:
     return lines, box.stop
 
 
+def _pravega_durable(folder: str) -> tuple[list[str], Callable[[], None]]:
+    from cdc.app.sandbox.pravega_durable import start_durable_pravega_sandbox
+
+    box = start_durable_pravega_sandbox(folder)
+    lines = [f"Pravega (ZooKeeper, a bookie, the controller, the segment store; data in {box.dir}) at "
+             f"{box.controller_uri}",
+             f"  export PRAVEGA_CONTROLLER={box.controller_uri}",
+             f"  sink: {{type: pravega, controller_uri: '{box.controller_uri}'}}",
+             f"  logs: {box.dir}/<part>/stdout.log"]
+    return lines, box.stop
+
+
 def _postgres() -> tuple[list[str], Callable[[], None]]:
     from cdc.app.sandbox.postgres import start_postgres
 
@@ -93,13 +106,19 @@ SANDBOXES: dict[str, Callable[[], tuple[list[str], Callable[[], None]]]] = {
     "pravega": _pravega}
 
 
-def run_sandbox(kind: str, stop: threading.Event | None = None) -> int:
+def run_sandbox(kind: str, stop: threading.Event | None = None, durable: str | None = None) -> int:
     """Start a sandbox, print how to reach it, wait for Ctrl-C/SIGTERM (or ``stop``), remove it.
+
+    Args:
+        kind: a key of :data:`SANDBOXES`.
+        stop: set to stop it (Ctrl-C and SIGTERM set it too).
+        durable: ``pravega`` only: a folder whose data outlives the sandbox (kept on stop, found
+            again by the next start with it; :mod:`cdc.app.sandbox.pravega_durable`).
 
     Returns:
         An exit code: 0 after a clean stop.
     """
-    lines, shutdown = SANDBOXES[kind]()
+    lines, shutdown = _pravega_durable(durable) if durable is not None else SANDBOXES[kind]()
     stop = stop or threading.Event()
     previous: dict[signal.Signals, Any] = {}
     if threading.current_thread() is threading.main_thread():
@@ -107,7 +126,7 @@ def run_sandbox(kind: str, stop: threading.Event | None = None) -> int:
             previous[s] = signal.signal(s, lambda *_: stop.set())
     try:
         print("\n".join(lines), flush=True)
-        print("running; Ctrl-C stops it and removes its data", flush=True)
+        print("running; Ctrl-C stops it and " + ("keeps its data" if durable else "removes its data"), flush=True)
         stop.wait()
     finally:
         shutdown()

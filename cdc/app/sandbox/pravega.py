@@ -7,7 +7,8 @@ temp folder, and waits until the controller creates a scope. Its data lives on t
 size ``heap`` for what a test writes (at 256 MiB it ran out after ~100 MB, and the client then saw
 only a write timeout). :meth:`PravegaSandbox.restart` kills the JVM and starts it again on the same
 ports, **without** its data (the emulator keeps none on disk); :meth:`PravegaSandbox.stop` kills
-it and removes the folder (:class:`cdc.app.sandbox.jvm.JvmServer`). No Docker, no download: the
+it and removes the folder (:class:`cdc.app.sandbox.jvm.JvmServer`). A Pravega that keeps its data
+across a kill is :mod:`cdc.app.sandbox.pravega_durable` (four JVMs). No Docker, no download: the
 jars come from ``make setup``.
 """
 
@@ -84,7 +85,7 @@ class PravegaSandbox(JvmServer):
         return [java_binary(), f"-Xmx{self.heap}", "-XX:+UseSerialGC",
                 f"-Dpravegaservice.cache.size.max={self.cache_mb * 1024 * 1024}",
                 *(f"-Dsinglenode.{k}={v}" for k, v in settings.items()),
-                "-cp", _classpath(), "io.pravega.local.LocalPravegaEmulator"]
+                "-cp", pravega_jars(), "io.pravega.local.LocalPravegaEmulator"]
 
     def ready(self) -> bool:
         """The emulator says it runs, and the controller creates (or finds) the probe scope (a
@@ -96,7 +97,7 @@ class PravegaSandbox(JvmServer):
         return True
 
 
-def _classpath() -> str:
+def pravega_jars() -> str:
     """``jars/pravega/*`` as the JVM expands it, checked to exist first (the order matters: with
     the jars listed by name the controller answered every request with an internal error)."""
     pravega_classpath()  # raises JarsMissing, naming `make setup`
