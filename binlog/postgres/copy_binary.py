@@ -136,7 +136,7 @@ def borrowed_adbc(settings: PgSettings) -> Iterator[Any]:
         SourceUnreachable: the driver could not connect (psycopg's session, made first with the
             same settings, reports a wrong password or TLS setting by name).
     """
-    import adbc_driver_postgresql.dbapi as dbapi
+    import adbc_driver_postgresql.dbapi as dbapi  # type: ignore[import-untyped]
 
     dsn = conninfo(settings)
     with _IDLE_LOCK:
