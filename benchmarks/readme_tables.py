@@ -317,6 +317,21 @@ def pgoutput_table(files: list[tuple[str, str]]) -> list[str]:
     return out
 
 
+def pg_chunk_read_table(files: list[tuple[str, str]]) -> list[str]:
+    """Snapshot chunk reads, COPY csv against binary, on key and CTID ranges (``pg_chunk_read.py``
+    runs), a line per way and file; ratios against csv on key ranges."""
+    out = ["| run | way | rows/s | vs csv, key ranges | client CPU s | server backend CPU s | equal tables "
+           "| load at start / end |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for label, f in files:
+        run = _load(f)
+        for way, w in run["ways"].items():
+            out.append(f"| `{label}` ({run['rows']:,} rows, {run['chunks']} chunks, {run['rounds']} rounds) | {way} "
+                       f"| {w['rows_per_s']:,} | {w['vs_csv']:.2f}x | {w['client_cpu_s']:.2f} ({w['client_cpu_vs_csv']:.2f}x) "
+                       f"| {w['server_cpu_s']:.2f} ({w['server_cpu_vs_csv']:.2f}x) | {'yes' if run['equal'] else 'no'} "
+                       f"| {run['load_average']['start']} / {run['load_average']['end']} |")
+    return out
+
+
 GOAL_RUNS = {"mysql": "MariaDB", "postgres": "PostgreSQL", "peers": "the peers",
              "peers postgres": "the PostgreSQL peers",
              "mysql 2M": "MariaDB's 2M-update backlog", "postgres 2M": "PostgreSQL's 2M-update backlog"}
@@ -382,6 +397,8 @@ TABLES: dict[str, tuple[Callable[[list[tuple[str, str]]], list[str]], list[tuple
     "pgoutput-current": (pgoutput_table, [("quiet machine", "pgoutput-modes-2026-12-07.json"),
                                           ("beside a CI run", "pgoutput-modes-2026-12-07-loaded.json")],
                          "docs/performance/index.md"),
+    "pg-chunk-read-current": (pg_chunk_read_table, [("SF100", "pg_chunk_read-2026-12-07-sf100-43d608d.json")],
+                              "docs/performance/index.md"),
     "tpcds": (tpcds_table, [("make bench-quick", "tpcds_customer-2026-12-03-sf10-quick.json"),
                             ("make bench-quick at 3f149bf", "tpcds_customer-2026-11-28-sf10-quick.json"),
                             ("--scale 10 --quick", "tpcds_customer-2026-11-28-sf10-quick-ff3a456.json"),

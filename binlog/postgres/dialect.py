@@ -2,8 +2,8 @@
 
 Where each piece lives: connections, checks, the slot and the publication in ``server.py``; the
 log reader in ``reader.py`` (pgoutput messages in ``pgoutput.py``); types and the catalog in
-``types.py``. This module wires them to the contract, reads chunks (``COPY ... TO STDOUT`` as
-CSV into Arrow) and answers the chunk splitter.
+``types.py``. This module wires them to the contract, reads chunks (a binary COPY into Arrow by the
+ADBC driver, ``copy_binary.py``) and answers the chunk splitter.
 
 Chunk keys that are strings are compared in the ``"C"`` collation (byte order, which is Python's
 ``str`` order for UTF-8), whatever the column's collation: key order needs no server round trip.
@@ -18,7 +18,6 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import pyarrow as pa
-import pyarrow.csv as pacsv
 from psycopg import sql
 
 from binlog.dialect import (
@@ -32,6 +31,7 @@ from binlog.dialect import (
 )
 from binlog.postgres.checks import PostgresSourceReport
 from binlog.postgres.config import PostgresSourceConfig
+from binlog.postgres.copy_binary import borrowed_adbc, fetch_table, select_list, to_job_table
 from binlog.postgres.positions import LsnOffset
 from binlog.postgres.reader import SKIP_COST, PostgresLogReader
 from binlog.postgres.server import (
@@ -41,7 +41,6 @@ from binlog.postgres.server import (
     check_role,
     check_tables,
     check_wal_level,
-    copy_out,
     ensure_publication,
     ensure_slot,
     first_commit_at_or_after,
@@ -57,7 +56,6 @@ from binlog.postgres.types import (
     quote_ident,
     sql_table,
     table_oid,
-    texts_to_table,
 )
 from cdc.model.config import SourceConfig
 from cdc.model.envelope import source_block
@@ -243,7 +241,7 @@ class PostgresDialect(Dialect, SupportsBatchCap, SupportsLogRelease, SupportsSch
         with borrowed(self.settings) as conn:
             lw, rows, self._read_as[table] = read_as_defined(
                 self._read_as.get(table, schema), split, functools.partial(lw_of, conn),
-                functools.partial(select_chunk, conn, split=split),
+                functools.partial(select_chunk, conn, split=split, settings=self.settings),
                 functools.partial(load_table_schema, conn, table, self.postgres.database))
         return lw, rows
 
@@ -281,24 +279,21 @@ def range_predicate(conn: Any, column: Column, start: KeyValue, end: KeyValue) -
     return f"{k} >= {lit(start)} AND {k} < {lit(end)}"
 
 
-def select_chunk(conn: Any, schema: TableSchema, split: SnapshotSplit) -> pa.Table:
-    """A chunk's rows: ``COPY (SELECT ...) TO STDOUT`` as CSV, parsed by Arrow into text
-    columns, then converted column-wise (executor)."""
+def chunk_query(conn: Any, schema: TableSchema, split: SnapshotSplit) -> str:
+    """The chunk's SELECT (``conn``, psycopg's, quotes the bounds): binary-decoded columns as
+    they are, the others as text (:func:`copy_binary.select_list`)."""
     column = schema.column(split.key_column)
-    cols = ", ".join(quote_ident(c) for c in schema.column_names)
-    query = (f"COPY (SELECT {cols} FROM {sql_table(schema.table_id)} WHERE "
-             f"{range_predicate(conn, column, split.start, split.end)}) TO STDOUT WITH (FORMAT csv)")
-    data = copy_out(conn, query)
-    names = [f"c{i}" for i in range(len(schema.columns))]
-    if not data:
-        return texts_to_table([[] for _ in names], schema)
-    texts = pacsv.read_csv(
-        pa.py_buffer(data),
-        read_options=pacsv.ReadOptions(column_names=names, block_size=max(1 << 20, min(len(data) + 1, 1 << 30))),
-        parse_options=pacsv.ParseOptions(newlines_in_values=True),
-        convert_options=pacsv.ConvertOptions(column_types={n: pa.string() for n in names}, strings_can_be_null=True,
-                                             quoted_strings_can_be_null=False, null_values=[""]))
-    return texts_to_table([texts.column(n).combine_chunks() for n in names], schema)
+    return (f"SELECT {select_list(schema)} FROM {sql_table(schema.table_id)} WHERE "
+            f"{range_predicate(conn, column, split.start, split.end)}")
+
+
+def select_chunk(conn: Any, schema: TableSchema, split: SnapshotSplit, settings: PgSettings) -> pa.Table:
+    """A chunk's rows, read as ``COPY (SELECT ...) TO STDOUT (FORMAT binary)`` by the ADBC driver
+    on a session of its own (kept for the next chunk), after the caller took the LW on ``conn``
+    (executor). The COPY starts after the LW and its wait, so it sees what :meth:`read_chunk`
+    needs, whichever session runs it."""
+    with borrowed_adbc(settings) as adbc:
+        return to_job_table(fetch_table(adbc, chunk_query(conn, schema, split)), schema)
 
 
 class PostgresKeyOrder:

@@ -1,10 +1,10 @@
 """PostgreSQL types: the catalog's description of a table, and text values -> Arrow.
 
-Both the snapshot (``COPY ... TO STDOUT`` in CSV) and the stream (pgoutput, protocol 1) carry
-values in PostgreSQL's text output form, produced by the same output functions under the same
-session settings (:data:`SESSION_SETTINGS`). One conversion, :func:`to_arrow`, turns those texts
-into each column's Arrow type, so a value is identical through the snapshot and the stream by
-construction. See docs/sources/types.md for the mapping.
+The stream (pgoutput, protocol 1) carries values in PostgreSQL's text output form, and so does the
+snapshot's binary COPY for the columns the ADBC driver does not decode (``copy_binary.py``),
+produced by the same output functions under the same session settings (:data:`SESSION_SETTINGS`).
+One conversion, :func:`to_arrow`, turns those texts into each column's Arrow type, so such a value
+is identical through the snapshot and the stream by construction. See docs/sources/types.md for the mapping.
 """
 
 from __future__ import annotations
