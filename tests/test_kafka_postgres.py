@@ -3,7 +3,7 @@
 The unit tests encode Postgres change rows with the Kafka sink's writer (no server). The pipeline
 test runs the real job from a real PostgreSQL into a real broker (Kafka, Pulsar) while a writer
 changes the rows being snapshotted, crashes it after the store committed a batch and before
-Spark's commit log, and reads the topic back with a plain consumer (Kafka's read_committed, a
+Spark's commit log (or SIGKILLs its driver at random moments), and reads the topic back with a plain consumer (Kafka's read_committed, a
 Pulsar reader, a Pravega reader group). The DDL case runs into Kafka.
 """
 
@@ -11,6 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +27,7 @@ import pytest
 from faults import InjectedFault
 from kafka_broker import read_topic
 from pipeline import (
+    PACE_S,
     STREAM_STORES,
     StreamStore,
     TopicMessage,
@@ -36,6 +43,7 @@ from pipeline import (
 from pipeline_pg import PgPipeline, PgRandomWriter, assert_log_exact
 from postgres_server import pg_dialect
 from test_debezium_postgres import ANNE, CUSTOMERS, KEY_ONLY, change_row, col, pg_source
+from test_pipeline import wait_for_batches
 
 from binlog.postgres.types import postgres_table
 from cdc.app.runner import JobFailed
@@ -207,11 +215,54 @@ def test_postgres_to_a_stream_store_is_exact_across_a_crash_after_its_commit(
     replayed = restarted[0]  # Spark replays the batch whose commit log it never wrote
     assert replayed.snapshot_rows + replayed.change_rows > 0 and not replayed.wrote, replayed
 
-    schema = pipeline.schemas()[TableId(pipeline.schema, "t")]
-    assert schema.database == pipeline.database
-    topic = f"{prefix}.{pipeline.schema}.t"
+    _assert_store_exact(pipeline, store, prefix, writer)
+
+
+@pytest.mark.slow  # three drivers killed, then a catch-up (about 1.5 minutes on 2 busy cores)
+@pytest.mark.parametrize("store", STREAM_STORES, indirect=True)
+def test_postgres_to_a_stream_store_is_exact_across_driver_sigkills(
+        pipeline: PgPipeline, postgres_server: PostgresSandbox, store: StreamStore) -> None:
+    """Chunks of 100, 4 per batch, 1,000 rows: SIGKILL the driver three times at random moments
+    while a writer inserts, updates, deletes and moves primary keys: in planning, in the tasks,
+    with a Kafka transaction open, a Pulsar batch partly sent, a Pravega batch prepared and not all
+    committed. Each restart recovers the store's state from its own records; after a last
+    catch-up a plain consumer sees each change once, in key order."""
+    prefix = f"pk{pipeline.database}"
+    pipeline.sinks = [store.sink(pipeline.workdir, prefix)]
+    with contextlib.closing(pipeline.admin()) as admin:
+        admin.execute("CREATE TABLE t (id int PRIMARY KEY, v text, n int)")
+        admin.execute("INSERT INTO t SELECT i * 2, 'v' || i, i FROM generate_series(0, 999) AS i")
+    pipeline.start_reference()
+    spec = json.dumps(pipeline.raw_config())
+    rng = random.Random(17)
+    writer = PgRandomWriter(pipeline, "t", seed=9, key_space=2000, pause_s=PACE_S)
+    with writing(writer):
+        for attempt in range(3):
+            errors = pipeline.workdir / f"driver-{attempt}.err"
+            with open(errors, "w") as err:
+                driver = subprocess.Popen([sys.executable, str(Path(__file__).parent / "driver_process.py"), spec],
+                                          stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True)
+            try:
+                wait_for_batches(driver, rng.randint(1, 4))
+            except AssertionError:
+                os.killpg(driver.pid, signal.SIGKILL)
+                raise AssertionError(f"driver {attempt}: {errors.read_text()[-3000:]}") from None
+            time.sleep(rng.uniform(0, 1.5))  # land anywhere in a batch, the store's commit included
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait(timeout=30)
+    pipeline.run()
+    _assert_store_exact(pipeline, store, prefix, writer)
+
+
+def _assert_store_exact(p: PgPipeline, store: StreamStore, prefix: str, writer: PgRandomWriter) -> None:
+    """The store's topic of t, read by a plain consumer: Debezium's envelopes, each change once in
+    key order (each delete with its tombstone where the store has them), its newest images the
+    source's rows, and the writer's primary-key updates among them."""
+    schema = p.schemas()[TableId(p.schema, "t")]
+    assert schema.database == p.database
+    topic = f"{prefix}.{p.schema}.t"
     log = _topic_changes(store.messages(topic), schema)
-    _assert_envelopes(pipeline, log)
+    _assert_envelopes(p, log)
     if store.kind == "pravega":  # an event is its value alone: no tombstones
         assert all(m["op"] is not None for m in log), f"{topic}: a tombstone on Pravega"
     else:
@@ -227,9 +278,9 @@ def test_postgres_to_a_stream_store_is_exact_across_a_crash_after_its_commit(
             assert last.get(m["key"], (0, 0)) <= (m["commit"], m["lsn"]), f"key {m['key']!r} out of log order"
             last[m["key"]] = (m["commit"], m["lsn"])
     key = schema.primary_key
-    source = {_identity(r, key): r for r in _normalize(pipeline.source_rows("t"), schema)}
+    source = {_identity(r, key): r for r in _normalize(p.source_rows("t"), schema)}
     assert {_identity(r, key): r for r in _normalize(list(state.values()), schema)} == source
-    assert_log_exact(pipeline, "t", schema, [m for m in log if m["op"] is not None])
+    assert_log_exact(p, "t", schema, [m for m in log if m["op"] is not None])
     assert writer.statements > 20 and _assert_key_update_headers(log, headers=store.kind != "pravega") > 0
 
 

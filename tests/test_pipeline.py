@@ -326,7 +326,7 @@ STORES = pytest.mark.parametrize("store", STREAM_STORES, indirect=True)
 # Pravega runs the strongest of these cases only (CI time: each Pravega read-back waits out the
 # reader's idle slice, and its sink's protocol has no per-table or per-task step the others would
 # reach): the random SIGKILLs, the crash between its transactions' commit and its `committed`
-# record (below), and PostgreSQL's crash after its commit (tests/test_kafka_postgres.py). Left
+# record (below), and PostgreSQL's crash after its commit and SIGKILLs (tests/test_kafka_postgres.py). Left
 # out: the fan-out (Delta's commit then a crash before the stream store's: for the Pravega sink
 # that is a batch never begun, which the SIGKILLs and the contract's crashes reach) and Kafka's
 # snapshot-under-writers case (every Pravega case snapshots under a writer).
