@@ -332,6 +332,26 @@ def pg_chunk_read_table(files: list[tuple[str, str]]) -> list[str]:
     return out
 
 
+def pravega_table(files: list[tuple[str, str]]) -> list[str]:
+    """The Pravega sink against the raw transactional writer (``pravega_bench.py`` runs): a line
+    per run, rows/s of each phase's sink commit and raw writer, and their ratio (target 0.5x)."""
+    out = ["| run | snapshot: sink | raw | ratio | catch-up: sink | raw | ratio "
+           "| end to end / raw (snapshot, catch-up) | load at start / end |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for label, f in files:
+        run = _load(f)
+        rate = {line["name"]: line["rows_per_s"] for line in run["lines"]}
+        r = run["ratios"]
+        cells = []
+        for phase in ("snapshot", "catch-up"):
+            cells += [f"{rate[f'{phase}: sink commit (ours)']:,}", f"{rate[f'{phase}: raw transactional writer']:,}",
+                      f"{r[f'{phase} sink commit / raw']:.2f}x"]
+        out.append(f"| `{label}` ({run['rows']:,} rows, {run['burst']['updates']:,} updates) | {' | '.join(cells)} "
+                   f"| {r['snapshot end to end / raw']:.2f}x, {r['catch-up end to end / raw']:.2f}x "
+                   f"| {run['load_average']['start']} / {run['load_average']['end']} |")
+    return out
+
+
 GOAL_RUNS = {"mysql": "MariaDB", "postgres": "PostgreSQL", "peers": "the peers",
              "peers postgres": "the PostgreSQL peers",
              "mysql 2M": "MariaDB's 2M-update backlog", "postgres 2M": "PostgreSQL's 2M-update backlog"}
@@ -399,6 +419,10 @@ TABLES: dict[str, tuple[Callable[[list[tuple[str, str]]], list[str]], list[tuple
                          "docs/performance/index.md"),
     "pg-chunk-read-current": (pg_chunk_read_table, [("SF100", "pg_chunk_read-2026-12-07-sf100-43d608d.json")],
                               "docs/performance/index.md"),
+    "pravega-current": (pravega_table, [(f"make bench {i}", f"pravega_bench-2026-12-07-sf1-run{i}.json") for i in (1, 2, 3)]
+                        + [(f"quick {i}", f"pravega_bench-2026-12-07-sf1-quick-quiet-run{i}.json") for i in (1, 2, 3)]
+                        + [(f"quick {i}, loaded", f"pravega_bench-2026-12-07-sf1-quick-run{i}.json") for i in (1, 2, 3)],
+                        "docs/sinks/pravega.md"),
     "tpcds": (tpcds_table, [("make bench-quick", "tpcds_customer-2026-12-03-sf10-quick.json"),
                             ("make bench-quick at 3f149bf", "tpcds_customer-2026-11-28-sf10-quick.json"),
                             ("--scale 10 --quick", "tpcds_customer-2026-11-28-sf10-quick-ff3a456.json"),
