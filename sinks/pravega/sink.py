@@ -18,8 +18,9 @@ batch that touches several streams is made atomic by a record in the control str
 A restart reads the job's newest record. ``committed``: that batch and all before are done.
 ``prepared``: the restart asks the controller the state of each transaction the record names,
 through Pravega's Java client (:mod:`sinks.pravega.fence`, a JVM started only then): one
-``COMMITTED`` or ``COMMITTING`` is done, and its stream is skipped by the replay (the batch is
-replayed with the same rows); one ``ABORTED`` or ``ABORTING`` is written again by the replay; one
+``COMMITTED`` is done, and its stream is skipped by the replay (the batch is replayed with the same
+rows); one ``COMMITTING`` is waited for until ``COMMITTED`` (its events must be in the stream
+before the replay's next batch commits), then skipped; one ``ABORTED`` or ``ABORTING`` is written again by the replay; one
 still ``OPEN`` is fenced first (aborted, so that a commit request of the dead driver still on its
 way fails), then written again, unless the abort lost to that commit (the state then says
 ``COMMITTING``/``COMMITTED``: done). A transaction the controller no longer knows was not open:
