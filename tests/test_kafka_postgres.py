@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -37,13 +38,14 @@ from pipeline import (
     assert_tombstones,
     kafka_sink,
     key_of_event,
+    pravega_entry,
     stream_store,
     writing,
 )
 from pipeline_pg import PgPipeline, PgRandomWriter, assert_log_exact
 from postgres_server import pg_dialect
 from test_debezium_postgres import ANNE, CUSTOMERS, KEY_ONLY, change_row, col, pg_source
-from test_pipeline import wait_for_batches
+from test_pipeline import KillServerAt, wait_for_batches
 
 from binlog.postgres.types import postgres_table
 from cdc.app.runner import JobFailed
@@ -252,6 +254,53 @@ def test_postgres_to_a_stream_store_is_exact_across_driver_sigkills(
             driver.wait(timeout=30)
     pipeline.run()
     _assert_store_exact(pipeline, store, prefix, writer)
+
+
+@pytest.mark.slow  # a four-JVM Pravega started twice, three runs of the job
+def test_postgres_into_a_pravega_killed_mid_batch_and_restarted_with_its_data_lands_each_change_once(
+        pipeline: PgPipeline, tmp_path: Path) -> None:
+    """A Pravega of its own that keeps its data (cdc/app/sandbox/pravega_durable.py), all four
+    processes SIGKILLed once the sink asked Pravega to commit the first batch with rows and before
+    it recorded that, while a writer inserts, updates, deletes and moves primary keys: the job stops
+    naming the controller and Spark's commit log does not pass the batch. Restarted on its folders,
+    the server still has the transaction, committing: the restart waits until it is committed (else
+    the next batch's events could land before its own: keys out of order), the replayed batch
+    writes nothing, what follows (the writer's changes, read again from the slot) lands once, and a
+    reader group sees each change once, in key order."""
+    pytest.importorskip("pravega_client", reason="the Pravega client (`pravega`) has wheels for CPython 3.10 and 3.11 only")
+    from cdc.app.sandbox.pravega_durable import start_durable_pravega_sandbox
+
+    server = start_durable_pravega_sandbox(base_dir=str(tmp_path))
+    try:
+        prefix = f"pgone{pipeline.database}"
+        pipeline.sinks = [{**pravega_entry(pipeline.workdir, server.controller_uri, prefix), "operation_timeout_s": 5,
+                           "commit_retries": 1, "retry_backoff_s": 0.1}]
+        with contextlib.closing(pipeline.admin()) as admin:
+            admin.execute("CREATE TABLE t (id int PRIMARY KEY, v text, n int)")
+            admin.execute("INSERT INTO t SELECT i * 2, 'v' || i, i FROM generate_series(0, 399) AS i")
+        armed = tmp_path / "kill-armed"
+        pipeline.faults = KillServerAt(server.pgids(), armed)  # type: ignore[assignment]
+        armed.write_text("2")  # the 1st pass: the transaction written; the 2nd: its commit asked for
+        writer = PgRandomWriter(pipeline, "t", seed=21, key_space=800, pause_s=PACE_S)
+        with writing(writer):
+            with pytest.raises(JobFailed, match=rf"could not commit batch \d+ to Pravega at "
+                                                rf"controller_uri={re.escape(server.controller_uri)} in 2 attempts") as failed:
+                pipeline.run()
+            assert not armed.exists(), "the server was killed mid-batch"
+            match = re.search(r"could not commit batch (\d+)", str(failed.value))
+            assert match is not None
+            batch = int(match.group(1))
+            assert not (pipeline.checkpoint / "commits" / str(batch)).exists()
+            server.kill()  # reaps the killed processes
+            server.start()  # same ports and folders: the data is back
+            pipeline.sinks[0]["operation_timeout_s"] = 30  # short only to make the kill fail fast
+            replayed = pipeline.run()
+        pipeline.run()
+        assert replayed[0].batch_id == batch and not replayed[0].wrote, f"the replay wrote again: {replayed[0]}"
+        assert any(b.wrote for b in replayed[1:]), "the changes after the restart were written"
+        _assert_store_exact(pipeline, StreamStore("pravega", server), prefix, writer)
+    finally:
+        server.stop()
 
 
 def _assert_store_exact(p: PgPipeline, store: StreamStore, prefix: str, writer: PgRandomWriter) -> None:
