@@ -80,18 +80,25 @@ def dialect(postgres_server: PostgresSandbox, pg_database: str) -> PostgresDiale
     return pg_dialect(postgres_server, pg_database)
 
 
-def test_every_type_is_the_same_through_the_snapshot_and_the_stream(dialect: PostgresDialect, pg_admin: Any) -> None:
-    pg_admin.execute(TYPES_DDL)
-    _start(dialect)
-    start = _offset(dialect)
-    pg_admin.execute("INSERT INTO types VALUES " + ", ".join(TYPE_ROWS))
-    end = _offset(dialect)
-    schema = _schema(dialect, "types")
-    _, snap = dialect.read_chunk(schema, _whole(schema))
-    with dialect.log_reader(0, [schema]) as reader:
+def _snapshot_and_stream(d: PostgresDialect, pg_admin: Any, table: str, rows: list[str]
+                         ) -> tuple[dict[Any, dict[str, Any]], list[dict[str, Any]], list[Any]]:
+    """``rows`` inserted into ``table`` after the stream's start: the snapshot's rows by id (one
+    chunk read of the whole table), the stream's change rows, and its events."""
+    _start(d)
+    start = _offset(d)
+    pg_admin.execute(f"INSERT INTO {table} VALUES " + ", ".join(rows))
+    end = _offset(d)
+    schema = _schema(d, table)
+    _, snap = d.read_chunk(schema, _whole(schema))
+    with d.log_reader(0, [schema]) as reader:
         streamed = [r for b in reader.change_rows(start, end) for r in b.rows.to_pylist()]
         events = list(reader.changes(start, end))
-    by_id = {r["id"]: r for r in snap.to_pylist()}
+    return {r["id"]: r for r in snap.to_pylist()}, streamed, events
+
+
+def test_every_type_is_the_same_through_the_snapshot_and_the_stream(dialect: PostgresDialect, pg_admin: Any) -> None:
+    pg_admin.execute(TYPES_DDL)
+    by_id, streamed, events = _snapshot_and_stream(dialect, pg_admin, "types", TYPE_ROWS)
     assert len(streamed) == 3 and all(r["op"] == "c" for r in streamed)
     for r in streamed:
         assert _nan(r["after"]) == _nan(by_id[r["after"]["id"]]), r["after"]["id"]
@@ -113,7 +120,7 @@ def test_every_type_is_the_same_through_the_snapshot_and_the_stream(dialect: Pos
     assert two["t"] == "" and two["by"] == b"" and two["ts"] is None and two["r"] == float("-inf")
     assert two["num_free"] == "1.0000000000000000000000000000000000000000001" and two["ia"] == [] and two["m"] == 0
     assert all(v is None for k, v in by_id[3].items() if k != "id")
-    types = {c.name: c.arrow for c in schema.columns}
+    types = {c.name: c.arrow for c in _schema(dialect, "types").columns}
     assert types["num"] == pa.decimal128(12, 3) and types["tstz"] == pa.timestamp("us", tz="UTC")
     assert types["ia"] == pa.list_(pa.int32()) and types["tm"] == pa.duration("us") and types["m"] == pa.decimal128(19, 2)
 
@@ -146,15 +153,8 @@ def test_chunk_reads_of_edge_values_and_types_created_later_equal_the_stream(dia
     pg_admin.execute("INSERT INTO first VALUES (1)")
     assert dialect.read_chunk(_schema(dialect, "first"), _whole(_schema(dialect, "first")))[1].num_rows == 1
     pg_admin.execute(EDGE_DDL)
-    _start(dialect)
-    start = _offset(dialect)
-    pg_admin.execute("INSERT INTO edges VALUES " + ", ".join(EDGE_ROWS))
-    end = _offset(dialect)
-    schema = _schema(dialect, "edges")
-    _, snap = dialect.read_chunk(schema, _whole(schema))
-    with dialect.log_reader(0, [schema]) as reader:
-        streamed = {r["after"]["id"]: r["after"] for b in reader.change_rows(start, end) for r in b.rows.to_pylist()}
-    by_id = {r["id"]: r for r in snap.to_pylist()}
+    by_id, changes, _ = _snapshot_and_stream(dialect, pg_admin, "edges", EDGE_ROWS)
+    streamed = {r["after"]["id"]: r["after"] for r in changes}
     assert sorted(streamed) == sorted(by_id) == [1, 2, 3]
     for key, row in by_id.items():
         assert _nan_deep(row) == _nan_deep(streamed[key]), key
