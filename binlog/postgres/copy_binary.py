@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from binlog.postgres.server import PgSettings
-from binlog.postgres.types import SESSION_SETTINGS, quote_ident, to_arrow
+from binlog.postgres.types import quote_ident, to_arrow
 from cdc.model.errors import SourceUnreachable
 from cdc.model.schema import Column, TableSchema
 
@@ -113,12 +113,7 @@ def conninfo(settings: PgSettings) -> str:
     def quote(value: str) -> str:
         return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
-    s = settings
-    options = " ".join(f"-c {k}={v.replace(' ', '')}" for k, v in SESSION_SETTINGS.items())
-    params = {"host": s.host, "port": str(s.port), "user": s.user, "password": s.password, "dbname": s.database,
-              "connect_timeout": str(max(1, int(s.connect_timeout))), "application_name": "spark-cdc",
-              "options": options, **s.tls_conninfo()}
-    return " ".join(f"{k}={quote(v)}" for k, v in params.items())
+    return " ".join(f"{k}={quote(v)}" for k, v in settings.conninfo_params().items())
 
 
 # One idle driver session per source, per process, kept between chunk reads as server.borrowed

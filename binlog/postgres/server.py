@@ -87,6 +87,15 @@ class PgSettings:
                 params[key] = value
         return params
 
+    def conninfo_params(self) -> dict[str, str]:
+        """libpq's connection parameters: the address, role and password (never log them), the
+        database, :data:`SESSION_SETTINGS` as ``options``, and :meth:`tls_conninfo` (psycopg's
+        sessions and the ADBC driver's, ``copy_binary.py``, connect with the same)."""
+        options = " ".join(f"-c {k}={v.replace(' ', '')}" for k, v in SESSION_SETTINGS.items())
+        return {"host": self.host, "port": str(self.port), "user": self.user, "password": self.password,
+                "dbname": self.database, "connect_timeout": str(max(1, int(self.connect_timeout))),
+                "application_name": "spark-cdc", "options": options, **self.tls_conninfo()}
+
     def connect(self) -> PgConnection:
         """An autocommit connection with :data:`SESSION_SETTINGS` (driver or executor).
 
@@ -96,12 +105,8 @@ class PgSettings:
             ConfigError: the TLS handshake failed, or the server refuses this ``ssl_mode`` (the
                 message names the ``source.ssl_*`` key).
         """
-        options = " ".join(f"-c {k}={v.replace(' ', '')}" for k, v in SESSION_SETTINGS.items())
         try:
-            return PgConnection.connect(host=self.host, port=self.port, user=self.user, password=self.password,
-                                        dbname=self.database, autocommit=True, options=options,
-                                        connect_timeout=max(1, int(self.connect_timeout)),
-                                        application_name="spark-cdc", **self.tls_conninfo())  # type: ignore[arg-type]
+            return PgConnection.connect(autocommit=True, **self.conninfo_params())  # type: ignore[arg-type]
         except psycopg.OperationalError as exc:
             raise _connect_error(exc, self) from None
 
