@@ -20,14 +20,12 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from binlog.postgres.server import PgSettings
+from binlog.postgres.server import IdleSessions, PgSettings
 from binlog.postgres.types import quote_ident, to_arrow
 from cdc.model.errors import SourceUnreachable
 from cdc.model.schema import Column, TableSchema
@@ -116,54 +114,52 @@ def conninfo(settings: PgSettings) -> str:
     return " ".join(f"{k}={quote(v)}" for k, v in settings.conninfo_params().items())
 
 
+def _close_adbc(conn: Any) -> None:
+    import adbc_driver_postgresql.dbapi as dbapi  # type: ignore[import-untyped]
+
+    with contextlib.suppress(dbapi.Error):
+        conn.close()
+
+
+def _answers(conn: Any) -> bool:
+    import adbc_driver_postgresql.dbapi as dbapi
+
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT 1")
+            cur.fetchall()
+    except dbapi.Error:
+        return False
+    return True
+
+
 # One idle driver session per source, per process, kept between chunk reads as server.borrowed
 # keeps psycopg's (a new session forks a server backend, authenticates and reads pg_type).
-_IDLE: dict[str, Any] = {}
-_IDLE_LOCK = threading.Lock()
+_SESSIONS: IdleSessions[Any] = IdleSessions(_close_adbc)
 
 
-@contextlib.contextmanager
-def borrowed_adbc(settings: PgSettings) -> Iterator[Any]:
-    """An autocommit ADBC session for one chunk read, kept for the next one in this process; a
-    kept one is checked with a round trip first, and one that saw an error is closed.
+def borrowed_adbc(settings: PgSettings) -> contextlib.AbstractContextManager[Any]:
+    """An autocommit ADBC session for one chunk read, kept for the next one in this process
+    (:class:`~binlog.postgres.server.IdleSessions`).
 
     Raises:
         SourceUnreachable: the driver could not connect (psycopg's session, made first with the
             same settings, reports a wrong password or TLS setting by name).
     """
-    import adbc_driver_postgresql.dbapi as dbapi  # type: ignore[import-untyped]
-
     dsn = conninfo(settings)
-    with _IDLE_LOCK:
-        conn = _IDLE.pop(dsn, None)
-    if conn is not None:
+
+    def connect() -> Any:
+        import adbc_driver_postgresql.dbapi as dbapi
+
         try:
-            with conn.cursor() as cur:
-                cur.execute("SELECT 1")
-                cur.fetchall()
-        except dbapi.Error:
-            with contextlib.suppress(dbapi.Error):
-                conn.close()
-            conn = None
-    if conn is None:
-        try:
-            conn = dbapi.connect(dsn, autocommit=True)
+            return dbapi.connect(dsn, autocommit=True)
         except dbapi.Error as exc:
             where = f"{settings.host}:{settings.port}"
             text = str(exc).replace(settings.password, "***") if settings.password else str(exc)
             raise SourceUnreachable(f"the snapshot's chunk reader (the ADBC PostgreSQL driver) cannot connect to "
                                     f"PostgreSQL at {where}: {text.strip()}", address=where) from None
-    try:
-        yield conn
-    except BaseException:
-        with contextlib.suppress(dbapi.Error):
-            conn.close()
-        raise
-    with _IDLE_LOCK:
-        other, _IDLE[dsn] = _IDLE.get(dsn), conn
-    if other is not None:
-        with contextlib.suppress(dbapi.Error):
-            other.close()
+
+    return _SESSIONS.borrowed(dsn, connect, _answers)
 
 
 def fetch_table(conn: Any, query: str) -> pa.Table:

@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import psycopg
 from psycopg import errors as pgerrors
@@ -35,6 +35,7 @@ from cdc.model.errors import (
 from cdc.model.schema import TableId
 
 T = TypeVar("T")
+S = TypeVar("S")  # a session kept by IdleSessions
 log = logging.getLogger(__name__)
 
 
@@ -111,46 +112,66 @@ class PgSettings:
             raise _connect_error(exc, self) from None
 
 
-# One idle connection per source, per process, kept between an executor's pieces of work: a new
-# session forks a server backend and authenticates, 20 ms of a worker's time per snapshot chunk
-# (py-spy, issue #16), a tenth of what it spends on a chunk.
-_IDLE: dict[tuple[Any, ...], PgConnection] = {}
-_IDLE_LOCK = threading.Lock()
+class IdleSessions(Generic[S]):
+    """One idle session per key, per process, kept between an executor's pieces of work (Spark
+    reuses its Python workers): a new session forks a server backend and authenticates, 20 ms of
+    a worker's time per snapshot chunk (py-spy, issue #16), a tenth of what it spends on a chunk.
 
-
-@contextlib.contextmanager
-def borrowed(settings: PgSettings) -> Iterator[PgConnection]:
-    """A connection for one piece of executor work (a chunk read), reused by the next one in this
-    process (Spark reuses its Python workers).
-
-    A kept connection is checked with a round trip first (the server may have restarted, or a
-    DBA ended the session): a dead one is replaced. A connection is kept only when the work
-    returned normally with no transaction open; one that saw an error is closed.
+    A kept session is checked with ``alive`` first (the server may have restarted, or a DBA ended
+    the session): a dead one is replaced. A session is kept only when the work returned normally
+    and ``reusable`` says so; one that saw an error is closed.
     """
+
+    def __init__(self, close: Callable[[S], None]) -> None:
+        self._idle: dict[Any, S] = {}
+        self._lock = threading.Lock()
+        self._close = close
+
+    @contextlib.contextmanager
+    def borrowed(self, key: Any, connect: Callable[[], S], alive: Callable[[S], bool],
+                 reusable: Callable[[S], bool] = lambda _: True) -> Iterator[S]:
+        with self._lock:
+            conn = self._idle.pop(key, None)
+        if conn is not None and not alive(conn):
+            self._close(conn)
+            conn = None
+        if conn is None:
+            conn = connect()
+        try:
+            yield conn
+        except BaseException:
+            self._close(conn)
+            raise
+        if not reusable(conn):
+            self._close(conn)
+            return
+        with self._lock:
+            other, self._idle[key] = self._idle.get(key), conn
+        if other is not None:
+            self._close(other)  # another thread's, returned meanwhile
+
+
+def _answers(conn: PgConnection) -> bool:
+    try:
+        conn.execute("SELECT 1")
+    except psycopg.Error:
+        return False
+    return True
+
+
+def _idle_in_no_transaction(conn: PgConnection) -> bool:
+    return not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+_SESSIONS: IdleSessions[PgConnection] = IdleSessions(lambda conn: conn.close())
+
+
+def borrowed(settings: PgSettings) -> contextlib.AbstractContextManager[PgConnection]:
+    """A psycopg connection for one piece of executor work (a chunk read), reused by the next one
+    in this process (:class:`IdleSessions`); kept only with no transaction open."""
     key = (settings.host, settings.port, settings.user, settings.password, settings.database,
            tuple(sorted(settings.tls_conninfo().items())))
-    with _IDLE_LOCK:
-        conn = _IDLE.pop(key, None)
-    if conn is not None:
-        try:
-            conn.execute("SELECT 1")
-        except psycopg.Error:
-            conn.close()
-            conn = None
-    if conn is None:
-        conn = settings.connect()
-    try:
-        yield conn
-    except BaseException:
-        conn.close()
-        raise
-    if conn.closed or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-        conn.close()
-        return
-    with _IDLE_LOCK:
-        other, _IDLE[key] = _IDLE.get(key), conn
-    if other is not None:
-        other.close()  # another thread's, returned meanwhile
+    return _SESSIONS.borrowed(key, settings.connect, _answers, _idle_in_no_transaction)
 
 
 def _connect_error(exc: psycopg.OperationalError, s: PgSettings) -> CdcError:
