@@ -144,6 +144,24 @@ LIGHT_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 # before against after, alternating: 5.09, 3.86, 3.88 s against 3.79, 3.32, 3.35 s (docs/performance/history.md).
 INTERPRETED_SQL = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 
+# Spark loads every `SparkSessionExtensionsProvider` on its class path into each new session. The
+# only one on ours is Spark ML's (spark-mllib's `InternalFunctionRegistration`): it registers three
+# vector functions for Spark Connect clients, and to type them starts Scala's runtime reflection,
+# which took a fifth of the driver JVM's sampled CPU in a small catch-up (JFR). A local session
+# here runs the job's query, `cdc sql` and pipelines, none of which calls them (classic PySpark's
+# `pyspark.ml.functions` call the JVM's functions directly); the extensions this project wants
+# (Delta's) are named in `spark.sql.extensions` and still load. The switch is Spark's own (an internal
+# setting named for tests), so set for the local sessions this project starts only. A 2-change
+# catch-up (`python -m cdc run --once`, 20 rows, alternating runs on 2026-12-07): driver JVM
+# 4.42-5.29 CPU s against 5.11-5.81.
+NO_CLASSPATH_EXTENSIONS = {"spark.sql.extensions.test.loadFromCp": "false"}
+
+# A local session's driver binds to the loopback address. Left to itself, Spark looks up this
+# host's name and, where it resolves to a loopback address, walks the network interfaces for
+# another (warning "Your hostname ... resolves to a loopback address") on each start, for
+# addresses that no executor of a local session ever uses. A SPARK_LOCAL_IP the user set wins.
+LOCAL_ADDRESS = {"SPARK_LOCAL_IP": "127.0.0.1"}
+
 # `make setup` dumps Spark's driver classes, parsed and verified, into a class-data-sharing archive
 # of this environment (scripts/jvm_archive.py, with LIGHT_JVM_OPTIONS); a JVM that maps it skips
 # that work at start, whatever its compiler and collector: every local session maps it (a session
@@ -242,6 +260,7 @@ def local_session(app_name: str = "spark-cdc", parallelism: int = 2, catalog_dir
         **catalog,
         **({JAVA_OPTIONS: java} if java else {}),
         **(INTERPRETED_SQL if light_jvm else {}),
+        **NO_CLASSPATH_EXTENSIONS,
         **conf,
     }
     if catalog_dir is not None:
@@ -249,7 +268,8 @@ def local_session(app_name: str = "spark-cdc", parallelism: int = 2, catalog_dir
     builder = SparkSession.builder.appName(app_name).master(f"local[{parallelism}]")
     for key, value in settings.items():
         builder = builder.config(key, value)
-    with _python_for_spark(started.python if started is not None else None):
+    address = {k: v for k, v in LOCAL_ADDRESS.items() if k not in os.environ}
+    with _python_for_spark(started.python if started is not None else None), environment(address):
         spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("SPARK_CDC_SPARK_LOG_LEVEL", "WARN"))
     if preload:
