@@ -27,6 +27,7 @@ import os
 import threading
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from cdc.model.schema import TableId, TableSchema
 from cdc.model.spark_conf import OWN_CATALOG
@@ -57,7 +58,7 @@ def _same(a: str, b: str) -> bool:
         uri = uri.rstrip("/")
         for prefix in ("file://", "file:"):
             if uri.startswith(prefix):
-                return uri[len(prefix):]
+                return unquote(uri[len(prefix):])  # a catalog keeps `my%20lake` for `my lake`
         return uri
 
     return norm(a) == norm(b)

@@ -300,7 +300,8 @@ def hidden_rows(table: DeltaTable, root: str) -> dict[str, np.ndarray]:
         rows = pa.record_batch(batch)
         for uri, keep in zip(rows["filepath"].to_pylist(), rows["selection_vector"], strict=True):
             mask = np.asarray(keep.values.to_numpy(zero_copy_only=False), dtype=bool)
-            path = unquote(uri[len(prefix):] if uri.startswith(prefix) else uri)
+            full = unquote(uri)  # delta-rs percent-encodes the whole URI, the table's folder too
+            path = full[len(prefix):] if full.startswith(prefix) else full
             out[path] = np.flatnonzero(~mask).astype(np.int64)
     return out
 

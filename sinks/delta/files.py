@@ -38,6 +38,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -317,10 +318,11 @@ def _parquet_options(kind: TableKind, schema: pa.Schema) -> dict[str, Any]:
 
 
 def local_dir(uri: str) -> str | None:
-    """The directory of a local table root; None for an object store."""
+    """The directory of a local table root; None for an object store. A ``file://`` URI (delta-rs's
+    ``table_uri``) is percent-decoded: a folder named ``my lake`` is ``file:///my%20lake`` there."""
     if "://" not in uri:
         return uri
-    return uri.removeprefix("file://") if uri.startswith("file://") else None
+    return unquote(uri.removeprefix("file://")) if uri.startswith("file://") else None
 
 
 def table_storage(uri: str, storage_options: dict[str, str]) -> tuple[pafs.FileSystem, str]:
