@@ -290,15 +290,19 @@ def maintenance_table(files: list[tuple[str, str]]) -> list[str]:
 
 
 def startup_table(files: list[tuple[str, str]]) -> list[str]:
-    """A no-op ``run --once`` of this tree and a baseline revision (``startup.py`` runs), a line per tree."""
-    out = ["| run | tree | snapshot | nothing to do: median (runs) | load at start / end |",
-           "| --- | --- | --- | --- | --- |"]
+    """``run --once`` with nothing to do and with two changes, of this tree and a baseline revision
+    (``startup.py`` runs), a line per tree."""
+    out = ["| run | tree | snapshot | nothing to do: median (runs) | two changes: median (runs) | load at start / end |",
+           "| --- | --- | --- | --- | --- | --- |"]
     for label, f in files:
         run = _load(f)
         for tree, r in run["trees"].items():
             runs = ", ".join(f"{x:.1f}" for x in r["noop_s"])
+            catch_ups = ", ".join(f"{x:.1f}" for x in r.get("catch_up_s", []))
+            changes = f"{r['catch_up_median_s']:.2f} s ({catch_ups})" if catch_ups else "not run"
             out.append(f"| `{label}` ({run['rows']:,} rows) | {tree} | {r['snapshot_s']:.1f} s "
-                       f"| {r['noop_median_s']:.2f} s ({runs}) | {run['load_start']:.1f} / {run['load_end']:.1f} |")
+                       f"| {r['noop_median_s']:.2f} s ({runs}) | {changes} "
+                       f"| {run['load_start']:.1f} / {run['load_end']:.1f} |")
     return out
 
 
