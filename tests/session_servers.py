@@ -34,6 +34,10 @@ class SessionServer(Generic[S]):
             atexit.register(self._box.stop)
         return self._box
 
+    def running(self) -> S | None:
+        """The server if it has been started (None: not yet, or stopped)."""
+        return self._box
+
     def serve(self) -> Iterator[S]:
         """A session fixture's body: the server, stopped after the session."""
         box = self.get()
