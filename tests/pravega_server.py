@@ -33,7 +33,7 @@ def pravega_server() -> Iterator[PravegaSandbox]:
 
 
 # An idle standalone server uses about 0.05 of a core (3-5 CPU s a minute, measured 2026-12-07).
-# In two full runs of the suite that day, one worker's server instead kept 0.7-0.9 of a core busy
+# In a full run of the suite that day, one worker's server instead kept 0.7-0.9 of a core busy
 # for the rest of the session after the SIGKILL suites had written to it (its segment store's
 # table-segment indexing, in jstack), taking that from every test that followed on 2 cores. Until
 # that is understood, a test that does not use Pravega and sees the server that busy restarts it

@@ -27,12 +27,12 @@ import os
 import threading
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
 
 from cdc.model.schema import TableId, TableSchema
 from cdc.model.spark_conf import OWN_CATALOG
 from sinks.base import SinkError
 from sinks.delta.config import DeltaSinkConfig
+from sinks.delta.files import local_dir
 from sinks.delta.tables import TableKind
 
 log = logging.getLogger(__name__)
@@ -56,10 +56,7 @@ def _ident(name: str) -> str:
 def _same(a: str, b: str) -> bool:
     def norm(uri: str) -> str:
         uri = uri.rstrip("/")
-        for prefix in ("file://", "file:"):
-            if uri.startswith(prefix):
-                return unquote(uri[len(prefix):])  # a catalog keeps `my%20lake` for `my lake`
-        return uri
+        return local_dir(uri) or uri
 
     return norm(a) == norm(b)
 

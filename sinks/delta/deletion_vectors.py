@@ -295,13 +295,13 @@ _EMPTY = np.zeros(0, dtype=np.int64)
 def hidden_rows(table: DeltaTable, root: str) -> dict[str, np.ndarray]:
     """Each live file's positions that its deletion vector hides (files without one: absent)."""
     out: dict[str, np.ndarray] = {}
-    prefix = "file://" + root.rstrip("/") + "/"
+    prefix = root.rstrip("/") + "/"
     for batch in table.deletion_vectors():
         rows = pa.record_batch(batch)
         for uri, keep in zip(rows["filepath"].to_pylist(), rows["selection_vector"], strict=True):
             mask = np.asarray(keep.values.to_numpy(zero_copy_only=False), dtype=bool)
-            full = unquote(uri)  # delta-rs percent-encodes the whole URI, the table's folder too
-            path = full[len(prefix):] if full.startswith(prefix) else full
+            full = local_dir(uri) or unquote(uri)  # delta-rs encodes the whole URI, the table's folder too
+            path = full.removeprefix(prefix)
             out[path] = np.flatnonzero(~mask).astype(np.int64)
     return out
 

@@ -318,11 +318,13 @@ def _parquet_options(kind: TableKind, schema: pa.Schema) -> dict[str, Any]:
 
 
 def local_dir(uri: str) -> str | None:
-    """The directory of a local table root; None for an object store. A ``file://`` URI (delta-rs's
-    ``table_uri``) is percent-decoded: a folder named ``my lake`` is ``file:///my%20lake`` there."""
-    if "://" not in uri:
-        return uri
-    return unquote(uri.removeprefix("file://")) if uri.startswith("file://") else None
+    """The local folder a path or ``file:`` URI names; None for an object store. A URI is
+    percent-decoded: a folder named ``my lake`` is ``file:///my%20lake`` in delta-rs's
+    ``table_uri`` and ``file:/my%20lake`` in a Spark catalog's location."""
+    for prefix in ("file://", "file:"):
+        if uri.startswith(prefix):
+            return unquote(uri[len(prefix):])
+    return uri if "://" not in uri else None
 
 
 def table_storage(uri: str, storage_options: dict[str, str]) -> tuple[pafs.FileSystem, str]:
