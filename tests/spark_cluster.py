@@ -27,7 +27,7 @@ from typing import Any
 import pyspark
 
 from cdc.spark.jars import spark_jars
-from cdc.spark.session import DELTA_CONF
+from cdc.spark.session import DELTA_CONF, LIGHT_JVM_OPTIONS
 
 SPARK_HOME = Path(pyspark.__file__).parent
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,8 +40,11 @@ def free_port() -> int:
 
 
 def _env() -> dict[str, str]:
+    """The environment of the cluster's processes. The master and the workers only schedule and
+    idle: they start with the light options (C1, the serial collector) that the tests give every
+    short-lived JVM, instead of C2's compiler threads and G1's on 2 shared cores."""
     return {**os.environ, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": "127.0.0.1",
-            "PYSPARK_PYTHON": sys.executable, "SPARK_NO_DAEMONIZE": "1"}
+            "PYSPARK_PYTHON": sys.executable, "SPARK_NO_DAEMONIZE": "1", "SPARK_DAEMON_JAVA_OPTS": LIGHT_JVM_OPTIONS}
 
 
 @dataclass
@@ -159,8 +162,10 @@ class SparkCluster:
                 "spark.driver.memory": "1g", "spark.ui.enabled": "false", "spark.log.level": "WARN",
                 "spark.task.maxFailures": "8", "spark.sql.shuffle.partitions": "2",
                 # the executors' temp files (native libraries unpacked) stay in the cluster's folder:
-                # an executor SIGKILLed with its worker never removes them
-                "spark.executor.extraJavaOptions": f"-Djava.io.tmpdir={self.folder}"}
+                # an executor SIGKILLed with its worker never removes them. Their JVMs move the
+                # Python workers' rows and small manifests (the job's default engine merges in
+                # Python): the light options, as the job's own local session has them.
+                "spark.executor.extraJavaOptions": f"{LIGHT_JVM_OPTIONS} -Djava.io.tmpdir={self.folder}"}
         command = [str(SPARK_HOME / "bin" / "spark-submit"), "--master", self.url,
                    "--jars", ",".join(spark_jars())]
         for key, value in conf.items():
