@@ -598,7 +598,7 @@ def _main(arg: str) -> None:
     spec = json.loads(arg)
     config = parse_config({**spec["config"], "trigger_interval": "200ms"}, warn_plain_password=False)
     hooks = Hooks(Path(spec["hooks"]), Endpoint(**spec["admin"]), spec["database"])
-    spark = run_session("spark-cdc-ddl-driver", Path(spec["hooks"]).parent / "warehouse")
+    spark = run_session("spark-cdc-ddl-driver", Path(spec["hooks"]).parent / "warehouse", long_lived=False)
     JobRunner(config, spark, hooks=hooks).run()
 
 
