@@ -29,7 +29,8 @@ demo: setup
 TEST_WORKERS ?= 2
 # The tests start many short-lived Spark JVMs (spark-submit reads SPARK_SUBMIT_OPTS): C1 only and
 # the serial collector spend less CPU starting them on 2 cores (a job's local session uses the same:
-# cdc.spark.session.LIGHT_JVM_OPTIONS).
+# cdc.spark.session.LIGHT_JVM_OPTIONS). Each pytest worker's own session, which lives for the whole
+# run, gets C2 back (tests/spark_session.py).
 TEST_JVM_OPTS ?= -XX:TieredStopAtLevel=1 -XX:+UseSerialGC
 # They also map the class archive (JVM_ARCHIVE above), which is dumped with these options.
 $(JVM_ARCHIVE): $(STAMP) scripts/jvm_archive.py
