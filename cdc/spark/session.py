@@ -274,7 +274,6 @@ def local_session(app_name: str = "spark-cdc", parallelism: int = 2, catalog_dir
     spark.sparkContext.setLogLevel(os.environ.get("SPARK_CDC_SPARK_LOG_LEVEL", "WARN"))
     if preload:
         start_workers(spark, parallelism)
-        look_up_data_sources(spark)
     return spark
 
 
@@ -342,25 +341,6 @@ def start_workers(spark: Any, parallelism: int) -> None:
             log.debug("starting the Python workers ahead of the query failed: %s", exc)
 
     threading.Thread(target=run, name="start-python-workers", daemon=True).start()
-
-
-def look_up_data_sources(spark: Any) -> None:
-    """Have the JVM look up the Python data sources installed here now, in the background.
-
-    A JVM does that once, at the first use of its data source manager: it runs a Python process
-    that lists the packages' ``pyspark.sql.datasource`` entry points. A job's first use is its
-    ``spark.dataSource.register``, just before its query starts, so the query's start waited for
-    that process (0.24-0.29 s as a fork of the zygote). Asked here, while the driver opens the
-    sinks, the lookup is done when the job registers its source. A failure is only logged: the
-    registration then does the lookup, and reports what fails.
-    """
-    def run() -> None:
-        try:
-            spark._jsparkSession.sessionState().dataSourceManager().dataSourceExists("spark-cdc")
-        except Exception as exc:
-            log.debug("looking up the Python data sources ahead of the query failed: %s", exc)
-
-    threading.Thread(target=run, name="look-up-data-sources", daemon=True).start()
 
 
 def no_rows(batches: Iterator[Any]) -> Iterator[Any]:
