@@ -478,16 +478,19 @@ def stream_store(request: Any) -> StreamStore:
     if request.param == "pravega":
         pytest.importorskip("pravega_client", reason="the Pravega client (`pravega`) has wheels for "
                             "CPython 3.10 and 3.11 only")
-        return StreamStore("pravega", request.getfixturevalue("pravega_server"))
-    return StreamStore(request.param, request.getfixturevalue(f"{request.param}_broker"))
+    return _on_session_broker(request, request.param)
 
 
 def every_stream_store(request: Any) -> list[StreamStore]:
     """Each stream store on the session's brokers, for one job that fans out to all of them
     (Pravega left out where its Python client has no wheel: CPython 3.12+)."""
     kinds = [k for k in STREAM_STORES if k != "pravega" or importlib.util.find_spec("pravega_client") is not None]
-    return [StreamStore(k, request.getfixturevalue("pravega_server" if k == "pravega" else f"{k}_broker"))
-            for k in kinds]
+    return [_on_session_broker(request, k) for k in kinds]
+
+
+def _on_session_broker(request: Any, kind: str) -> StreamStore:
+    """The store ``kind`` on its session fixture's broker (Pravega: its server)."""
+    return StreamStore(kind, request.getfixturevalue("pravega_server" if kind == "pravega" else f"{kind}_broker"))
 
 
 def key_of_event(op: str, before: dict[str, Any] | None, after: dict[str, Any] | None,
