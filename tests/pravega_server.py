@@ -71,6 +71,7 @@ def _restart_a_spinning_pravega(request: pytest.FixtureRequest) -> Iterator[None
             box.restart()
 
 
-def read_stream(controller_uri: str, scope: str, stream: str) -> list[bytes]:
-    """Every event of ``stream``, segment by segment in order, by a reader group of its own."""
-    return read_events(controller_uri, scope, stream)
+def read_stream(controller_uri: str, scope: str, stream: str, idle_slices: int = 1) -> list[bytes]:
+    """Every event of ``stream``, segment by segment in order, by a reader group of its own (ended
+    by ``idle_slices`` empty slices in a row)."""
+    return read_events(controller_uri, scope, stream, idle_slices)

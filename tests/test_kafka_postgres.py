@@ -40,6 +40,7 @@ from pipeline import (
     kafka_sink,
     key_of_event,
     pravega_entry,
+    restarted_pravega,
     stream_store,
     writing,
 )
@@ -302,7 +303,7 @@ def test_postgres_into_a_pravega_killed_mid_batch_and_restarted_with_its_data_la
         pipeline.run()
         assert replayed[0].batch_id == batch and not replayed[0].wrote, f"the replay wrote again: {replayed[0]}"
         assert any(b.wrote for b in replayed[1:]), "the changes after the restart were written"
-        _assert_store_exact(pipeline, StreamStore("pravega", server), prefix, writer)
+        _assert_store_exact(pipeline, restarted_pravega(server), prefix, writer)
     finally:
         server.stop()
 
