@@ -7,6 +7,7 @@ consumer would (confluent-kafka, ``isolation.level=read_committed``), none of th
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from collections.abc import Iterator
@@ -14,11 +15,11 @@ from dataclasses import dataclass
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
-from session_servers import SessionServer
+from session_servers import SERVER_JVM_OPTIONS, SessionServer
 
 from cdc.app.sandbox.kafka import KafkaSandbox, start_kafka_sandbox
 
-_BROKER = SessionServer(start_kafka_sandbox)
+_BROKER = SessionServer(functools.partial(start_kafka_sandbox, jvm_options=SERVER_JVM_OPTIONS))
 shared_broker = _BROKER.get  # the session's broker, started on first use (also outside fixtures: SINK_KINDS)
 
 

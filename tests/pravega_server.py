@@ -9,6 +9,7 @@ downstream consumer would (a reader group from the stream's head:
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import time
 import warnings
@@ -16,11 +17,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from session_servers import SessionServer
+from session_servers import SERVER_JVM_OPTIONS, SessionServer
 
 from cdc.app.sandbox.pravega import PravegaSandbox, read_events, start_pravega_sandbox
 
-_SERVER = SessionServer(start_pravega_sandbox)
+_SERVER = SessionServer(functools.partial(start_pravega_sandbox, jvm_options=SERVER_JVM_OPTIONS))
 shared_pravega = _SERVER.get  # the session's server, started on first use (also outside fixtures: SINK_KINDS)
 
 

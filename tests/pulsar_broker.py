@@ -8,15 +8,16 @@ partition: :func:`cdc.app.sandbox.pulsar.read_messages`), none of the sink's cod
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-from session_servers import SessionServer
+from session_servers import SERVER_JVM_OPTIONS, SessionServer
 
 from cdc.app.sandbox.pulsar import PulsarSandbox, read_messages, start_pulsar_sandbox
 
-_BROKER = SessionServer(start_pulsar_sandbox)
+_BROKER = SessionServer(functools.partial(start_pulsar_sandbox, jvm_options=SERVER_JVM_OPTIONS))
 shared_pulsar = _BROKER.get  # the session's broker, started on first use (also outside fixtures: SINK_KINDS)
 
 

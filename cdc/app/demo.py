@@ -41,6 +41,7 @@ import yaml
 
 from cdc.app.config import parse_config
 from cdc.app.runner import JobRunner, catalog_dir, job_session
+from cdc.app.sandbox.jvm import LIGHT_SERVER_JVM_OPTIONS
 from cdc.app.sandbox.mysql import Sandbox, sandbox
 from cdc.app.tpcds import CUSTOMER_COLUMNS, generate_customer, load_customer
 from cdc.model.config import JobConfig
@@ -73,7 +74,7 @@ def _stream_broker(sink: str) -> Iterator[dict[str, str]]:
         from cdc.app.sandbox.pravega import start_pravega_sandbox
 
         _step("starting a throwaway Pravega (standalone server, temp folder, free ports, data in memory)")
-        pravega = start_pravega_sandbox()
+        pravega = start_pravega_sandbox(jvm_options=LIGHT_SERVER_JVM_OPTIONS)
         try:
             yield {"PRAVEGA_CONTROLLER_URI": pravega.controller_uri}
         finally:
@@ -83,7 +84,7 @@ def _stream_broker(sink: str) -> Iterator[dict[str, str]]:
         from cdc.app.sandbox.pulsar import start_pulsar_sandbox
 
         _step("starting a throwaway Pulsar broker (standalone, temp folder, free ports, deduplication on)")
-        pulsar = start_pulsar_sandbox()
+        pulsar = start_pulsar_sandbox(jvm_options=LIGHT_SERVER_JVM_OPTIONS)
         try:
             yield {"PULSAR_SERVICE_URL": pulsar.service_url, "PULSAR_ADMIN_URL": pulsar.admin_url}
         finally:
@@ -95,7 +96,7 @@ def _stream_broker(sink: str) -> Iterator[dict[str, str]]:
     from cdc.app.sandbox.kafka import start_kafka_sandbox
 
     _step("starting a throwaway Kafka broker (KRaft, temp folder, free port)")
-    broker = start_kafka_sandbox()
+    broker = start_kafka_sandbox(jvm_options=LIGHT_SERVER_JVM_OPTIONS)
     try:
         yield {"KAFKA_BOOTSTRAP": broker.bootstrap_servers}
     finally:

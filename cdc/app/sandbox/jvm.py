@@ -18,12 +18,20 @@ import subprocess
 import tempfile
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar, TypeVar
 
 from cdc.app.sandbox.mysql import SandboxError
 
 T = TypeVar("T", bound="JvmServer")
+
+# For a throwaway server that moves little data (the demo's brokers, the tests'): C1 only. C2 makes
+# its start dearer and keeps compiling while it idles. Kafka, Pulsar and Pravega started side by side
+# on 2 cores, then idle for a minute (2026-12-07): starts of 4.3, 9.9 and 6.9 CPU s against 6.6, 17.2
+# and 17.5 with both compilers; idle 1.5, 0.9 and 4.0 CPU s a minute against 1.9, 0.9 and 4.7. The
+# benchmarks' brokers keep both compilers.
+LIGHT_SERVER_JVM_OPTIONS = ("-XX:TieredStopAtLevel=1",)
 
 
 def java_binary() -> str:
@@ -45,14 +53,17 @@ class JvmServer(ABC):
     Args:
         prefix: the temp folder's name prefix.
         base_dir: where to create the folder (a fresh temp dir by default; removed on stop).
+        jvm_options: more JVM options, ahead of the subclass's own (the tests start theirs with
+            C1 only: light servers that start in less CPU and do not keep compiling while idle).
     """
 
     name: ClassVar[str] = "server"  # in messages
     start_timeout: ClassVar[float] = 90.0  # seconds to wait for a start by default
     poll_s: ClassVar[float] = 0.2  # between readiness probes
 
-    def __init__(self, prefix: str, base_dir: str | None = None) -> None:
+    def __init__(self, prefix: str, base_dir: str | None = None, jvm_options: Sequence[str] = ()) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix=prefix, dir=base_dir))
+        self.jvm_options = tuple(jvm_options)
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property

@@ -17,6 +17,7 @@ import base64
 import subprocess
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,13 +51,14 @@ class KafkaSandbox(JvmServer):
         base_dir: where to create the folder (a fresh temp dir by default; removed on stop).
         heap: the JVM's ``-Xmx`` (small: tests share a 2-core machine).
         extra: more ``server.properties`` entries (e.g. ``{"message.max.bytes": "2000"}``).
+        jvm_options: more JVM options (:class:`cdc.app.sandbox.jvm.JvmServer`).
     """
 
     name = "kafka"
 
     def __init__(self, base_dir: str | None = None, heap: str = "512m",
-                 extra: dict[str, str] | None = None) -> None:
-        super().__init__("kafka-sandbox-", base_dir)
+                 extra: dict[str, str] | None = None, jvm_options: Sequence[str] = ()) -> None:
+        super().__init__("kafka-sandbox-", base_dir, jvm_options)
         self.port = free_port()
         self.controller_port = free_port()
         self.heap = heap
@@ -103,7 +105,7 @@ class KafkaSandbox(JvmServer):
         return "".join(f"{k}={v}\n" for k, v in props.items())
 
     def _java(self, main: str, *args: str) -> list[str]:
-        return [java_binary(), f"-Xmx{self.heap}", "-Xms128m", "-XX:+UseSerialGC",
+        return [java_binary(), *self.jvm_options, f"-Xmx{self.heap}", "-Xms128m", "-XX:+UseSerialGC",
                 f"-Dlog4j2.configurationFile={self.dir / 'log4j2.properties'}",
                 f"-Dkafka.logs.dir={self.dir}", "-cp", kafka_classpath(), main, *args]
 
@@ -136,9 +138,9 @@ class KafkaSandbox(JvmServer):
         return bool(self._admin.list_topics(timeout=2).brokers)
 
 
-def start_kafka_sandbox() -> KafkaSandbox:
-    """Start a sandbox broker (see :class:`KafkaSandbox`)."""
-    return started(KafkaSandbox())
+def start_kafka_sandbox(**kwargs: object) -> KafkaSandbox:
+    """Start a sandbox broker (see :class:`KafkaSandbox`; ``kwargs`` are its arguments)."""
+    return started(KafkaSandbox(**kwargs))  # type: ignore[arg-type]
 
 
 def read_committed(bootstrap: str, topic: str, timeout: float = 60.0) -> list[Any]:

@@ -14,6 +14,7 @@ jars come from ``make setup``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from cdc.app.sandbox.jvm import JvmServer, java_binary, started
@@ -46,14 +47,16 @@ class PravegaSandbox(JvmServer):
         cache_mb: the segment store's cache, off the heap (Pravega's default, 128 MiB, filled up
             under a large transaction on a loaded machine: ``CacheFullException``, after which the
             emulator's segment container stops for good, its storage being in memory).
+        jvm_options: more JVM options (:class:`cdc.app.sandbox.jvm.JvmServer`).
     """
 
     name = "pravega"
     start_timeout = 120.0
     poll_s = 0.3
 
-    def __init__(self, base_dir: str | None = None, heap: str = "1g", cache_mb: int = 512) -> None:
-        super().__init__("pravega-sandbox-", base_dir)
+    def __init__(self, base_dir: str | None = None, heap: str = "1g", cache_mb: int = 512,
+                 jvm_options: Sequence[str] = ()) -> None:
+        super().__init__("pravega-sandbox-", base_dir, jvm_options)
         self.zk_port = free_port()
         self.segment_store_port = free_port()
         self.controller_port = free_port()
@@ -82,7 +85,7 @@ class PravegaSandbox(JvmServer):
                     "controller.rpc.port": self.controller_port, "controller.rest.enable": "false",
                     "admin.gateway.enable": "false", "security.auth.enable": "false",
                     "security.tls.enable": "false", "metrics.enable": "false"}
-        return [java_binary(), f"-Xmx{self.heap}", "-XX:+UseSerialGC",
+        return [java_binary(), *self.jvm_options, f"-Xmx{self.heap}", "-XX:+UseSerialGC",
                 f"-Dpravegaservice.cache.size.max={self.cache_mb * 1024 * 1024}",
                 *(f"-Dsinglenode.{k}={v}" for k, v in settings.items()),
                 "-cp", pravega_jars(), "io.pravega.local.LocalPravegaEmulator"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
 from cdc.app.sandbox.jvm import JvmServer, java_binary, started
@@ -56,6 +57,7 @@ class PulsarSandbox(JvmServer):
         deduplication: the broker's ``brokerDeduplicationEnabled`` (the sink refuses a broker
             without it; False only to test that refusal).
         extra: more broker settings (e.g. ``{"maxMessageSize": "20000"}``).
+        jvm_options: more JVM options (:class:`cdc.app.sandbox.jvm.JvmServer`).
     """
 
     name = "pulsar"
@@ -63,8 +65,8 @@ class PulsarSandbox(JvmServer):
     poll_s = 0.3
 
     def __init__(self, base_dir: str | None = None, heap: str = "512m", deduplication: bool = True,
-                 extra: dict[str, str] | None = None) -> None:
-        super().__init__("pulsar-sandbox-", base_dir)
+                 extra: dict[str, str] | None = None, jvm_options: Sequence[str] = ()) -> None:
+        super().__init__("pulsar-sandbox-", base_dir, jvm_options)
         self.port = free_port()
         self.web_port = free_port()
         self.heap = heap
@@ -119,7 +121,7 @@ class PulsarSandbox(JvmServer):
 
     def command(self) -> list[str]:
         opens = [arg for module in _ADD_OPENS for arg in ("--add-opens", f"{module}=ALL-UNNAMED")]
-        return [java_binary(), f"-Xmx{self.heap}", "-Xms128m", "-XX:MaxDirectMemorySize=256m", "-XX:+UseSerialGC",
+        return [java_binary(), *self.jvm_options, f"-Xmx{self.heap}", "-Xms128m", "-XX:MaxDirectMemorySize=256m", "-XX:+UseSerialGC",
                 *opens, f"-Dlog4j2.configurationFile={self.dir / 'log4j2.yaml'}",
                 "-cp", pulsar_classpath(), "org.apache.pulsar.PulsarStandaloneStarter",
                 "--config", str(self.dir / "standalone.conf"), "-nfw", "-nss",
