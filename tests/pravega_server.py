@@ -25,12 +25,20 @@ _SERVER = SessionServer(functools.partial(start_pravega_sandbox, jvm_options=SER
 shared_pravega = _SERVER.get  # the session's server, started on first use (also outside fixtures: SINK_KINDS)
 
 
-@pytest.fixture(scope="session")
-def pravega_server() -> Iterator[PravegaSandbox]:
-    """A running standalone Pravega (controller, segment store, ZooKeeper) on free loopback ports;
-    its tests are skipped where the Python client has no wheel (CPython 3.12+)."""
+@pytest.fixture
+def pravega_server() -> PravegaSandbox:
+    """The session's running standalone Pravega (controller, segment store, ZooKeeper) on free
+    loopback ports, started on first use and again after it was stopped idle (:data:`IDLE_STOP_S`);
+    its tests are skipped where the Python client has no wheel (CPython 3.12+). It stops when the
+    session's process exits."""
     pytest.importorskip("pravega_client", reason="the Pravega client (`pravega`) has wheels for CPython 3.10 and 3.11 only")
-    yield from _SERVER.serve()
+    return _SERVER.get()
+
+
+# An idle standalone server uses about 4 CPU s a minute, and a start about 7 (C1 only, measured
+# 2026-12-07): a worker's server that no test has used for this long is stopped, and the next test
+# that needs one starts another (on new ports: no test reads another's streams).
+IDLE_STOP_S = 180.0
 
 
 # An idle standalone server uses about 0.05 of a core (3-5 CPU s a minute, measured 2026-12-07).
@@ -50,23 +58,31 @@ def _cpu_seconds(pid: int) -> float:
 
 
 @pytest.fixture(autouse=True)
-def _restart_a_spinning_pravega(request: pytest.FixtureRequest) -> Iterator[None]:
-    """See :data:`IDLE_CORES`."""
-    box = _SERVER.running()
-    if box is None or box.proc is None or "pravega" in request.node.nodeid:
-        yield
-        return
-    pid = box.proc.pid
-    try:
-        before, started = _cpu_seconds(pid), time.monotonic()
-    except OSError:
-        yield
-        return
+def _mind_the_session_pravega(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After a test that did not use the session's Pravega: stop it when idle for
+    :data:`IDLE_STOP_S`, restart it when it spins (:data:`IDLE_CORES`)."""
+    gets, box = _SERVER.gets, _SERVER.running()
+    pid = box.proc.pid if box is not None and box.proc is not None else None
+    before, started = None, time.monotonic()
+    if pid is not None:
+        with contextlib.suppress(OSError):
+            before = _cpu_seconds(pid)
     yield
-    elapsed = time.monotonic() - started
+    now = time.monotonic()
+    if _SERVER.gets != gets:
+        _SERVER.last_used = now
+        return
+    if box is None or box is not _SERVER.running():
+        return
+    if now - _SERVER.last_used > IDLE_STOP_S:
+        _SERVER.stop()
+        return
+    elapsed = now - started
+    if pid is None or before is None or elapsed <= 5:
+        return
     with contextlib.suppress(OSError):
-        cores = (_cpu_seconds(pid) - before) / elapsed if elapsed > 5 else 0.0
-        if cores > IDLE_CORES and box is _SERVER.running():
+        cores = (_cpu_seconds(pid) - before) / elapsed
+        if cores > IDLE_CORES:
             warnings.warn(f"the session's Pravega used {cores:.2f} of a core while {request.node.nodeid} "
                           "did not use it: restarted", stacklevel=1)
             box.restart()
