@@ -44,8 +44,8 @@ class DdlRandomWriter(RandomWriter):
     width of ``n`` change with each :meth:`alter`; every statement names current columns only."""
 
     def __init__(self, box: Sandbox, database: str, table: str, seed: int, key_space: int = 3000,
-                 text: tuple[str, ...] = ("v",)) -> None:
-        super().__init__(box, database, table, seed, key_space)
+                 text: tuple[str, ...] = ("v",), pause_s: float = 0.0) -> None:
+        super().__init__(box, database, table, seed, key_space, pause_s)
         self.box, self.database = box, database
         self.text = text
         self.error: str | None = None
@@ -171,8 +171,8 @@ class PgDdlRandomWriter(PgRandomWriter):
     straddles a DDL (the writer pauses between statements and transactions)."""
 
     def __init__(self, p: PgPipeline, table: str, seed: int, key_space: int = 3000,
-                 text: tuple[str, ...] = ("v",)) -> None:
-        super().__init__(p, table, seed, key_space)
+                 text: tuple[str, ...] = ("v",), pause_s: float | None = None) -> None:
+        super().__init__(p, table, seed, key_space, pause_s)
         self.p, self.text, self.wide = p, text, False
         self.lock = threading.Lock()
         self.error: str | None = None
@@ -186,6 +186,8 @@ class PgDdlRandomWriter(PgRandomWriter):
                     except Exception as e:
                         self.error = repr(e)  # the thread ends; the test says why
                         raise
+                if self.pause_s:
+                    self.stop_event.wait(self.pause_s)
 
     def alter(self, *statements: str, text: tuple[str, ...] | None = None, wide: bool | None = None) -> PgCut:
         """Pause the writer, keep the table as it is, run the DDL, then resume with the new columns."""

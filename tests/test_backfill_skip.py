@@ -19,6 +19,7 @@ import pytest
 import test_pipeline_postgres
 from faults import InjectedFault
 from pipeline import (
+    PACE_S,
     Pipeline,
     RandomWriter,
     writing,
@@ -40,7 +41,7 @@ def pipeline(spark: Any, mysql_server: Sandbox, database: str, tmp_path: Path) -
 def test_snapshot_under_writers_reads_and_emits_each_chunk_in_one_batch(pipeline: Pipeline, admin: Any,
                                                                        mysql_server: Sandbox) -> None:
     create_table(admin)
-    writer = RandomWriter(mysql_server, pipeline.database, "t", seed=23)
+    writer = RandomWriter(mysql_server, pipeline.database, "t", seed=23, pause_s=PACE_S)
     with writing(writer):
         first = pipeline.run()
     pipeline.run()
@@ -54,7 +55,7 @@ def test_snapshot_under_writers_reads_and_emits_each_chunk_in_one_batch(pipeline
 def test_crash_and_restart_loses_nothing(point: str, after: int, pipeline: Pipeline, admin: Any,
                                          mysql_server: Sandbox) -> None:
     create_table(admin)
-    writer = RandomWriter(mysql_server, pipeline.database, "t", seed=len(point))
+    writer = RandomWriter(mysql_server, pipeline.database, "t", seed=len(point), pause_s=PACE_S)
     pipeline.arm(point, after=after)
     with writing(writer):
         with pytest.raises((JobFailed, InjectedFault), match=f"injected fault at {point}"):
@@ -69,7 +70,7 @@ def test_postgres_snapshot_under_writers_and_a_crash_loses_nothing(spark: Any, p
     p = pipeline_pg.PgPipeline(spark, postgres_server, pg_database, tmp_path, source={"backfill_skip": True})
     with contextlib.closing(p.admin()) as admin:
         test_pipeline_postgres.create_table(admin)
-    writer = pipeline_pg.PgRandomWriter(p, "t", seed=3)
+    writer = pipeline_pg.PgRandomWriter(p, "t", seed=3, pause_s=PACE_S)
     p.arm("emit", after=1)
     with writing(writer):  # type: ignore[arg-type]
         with pytest.raises((JobFailed, InjectedFault), match="injected fault at emit"):

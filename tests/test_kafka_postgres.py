@@ -209,7 +209,7 @@ def test_postgres_to_a_stream_store_is_exact_across_a_crash_after_its_commit(
     with contextlib.closing(pipeline.admin()) as admin:
         admin.execute("CREATE TABLE t (id int PRIMARY KEY, v text, n int)")
         admin.execute("INSERT INTO t SELECT i * 2, 'v' || i, i FROM generate_series(0, 399) AS i")
-    writer = PgRandomWriter(pipeline, "t", seed=3, key_space=800)
+    writer = PgRandomWriter(pipeline, "t", seed=3, key_space=800, pause_s=PACE_S)
     pipeline.arm("after_sink_commit", after=1)
     with writing(writer):
         with pytest.raises((JobFailed, InjectedFault), match="injected fault at after_sink_commit"):

@@ -189,7 +189,7 @@ def test_catch_up_read_by_several_stream_tasks_is_exact(pipeline: Pipeline, admi
     create_table(admin, "t")
     create_table(admin, "u")
     pipeline.run()
-    writers = [RandomWriter(mysql_server, pipeline.database, t, seed=i) for i, t in enumerate("tu")]
+    writers = [RandomWriter(mysql_server, pipeline.database, t, seed=i, pause_s=PACE_S) for i, t in enumerate("tu")]
     with writing(*writers):
         time.sleep(1.5)
         with admin.cursor() as cur:

@@ -21,6 +21,7 @@ from ddl_writers import DdlRandomWriter, assert_changelog_replays, wait_for_stat
 from driver_process import Driver, table_state
 from faults import InjectedFault
 from pipeline import (
+    PACE_S,
     Pipeline,
     RandomWriter,
     assert_changelog_exact,
@@ -349,7 +350,7 @@ def test_ddl_among_random_writers_just_before_sigkills_is_exact(
     initial = p.source_rows("w")
     p.run()  # the snapshot; the DDL comes during the stream
     j = f"{database}.j"
-    writer = DdlRandomWriter(mysql_server, database, "w", seed=seed, key_space=500)  # rows 506-598 stay as read
+    writer = DdlRandomWriter(mysql_server, database, "w", seed=seed, key_space=500, pause_s=PACE_S)  # rows 506-598 stay as read
     j_writer = RandomWriter(mysql_server, database, "j", seed=seed + 1, key_space=JOINING_ROWS + 500, pause_s=0.005)
     cuts = []
     at_kill: list[str | None] = []  # j's state in the last offset each killed driver planned

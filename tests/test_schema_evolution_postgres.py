@@ -21,6 +21,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from faults import InjectedFault
+from pipeline import PACE_S
 from pipeline_pg import PgPipeline
 from postgres_server import pg_dialect
 from test_postgres import TYPE_ROWS, TYPES_DDL
@@ -457,7 +458,7 @@ def test_ddl_among_random_writers_just_before_a_sigkill_is_exact(pipeline: PgPip
     initial = p.source_rows("w")
     p.run()  # the snapshot; the DDL comes during the stream
     j = f"{p.schema}.j"
-    writer = PgDdlRandomWriter(p, "w", seed=29, key_space=500)  # rows 506-598 stay as read
+    writer = PgDdlRandomWriter(p, "w", seed=29, key_space=500, pause_s=PACE_S)  # rows 506-598 stay as read
     j_writer = PausedPgWriter(p, "j", seed=30, key_space=JOINING_ROWS + 500)
     cuts = []
     # j's writer goes on through the restart: its changes then also follow chunks of j emitted

@@ -21,7 +21,7 @@ import pytest
 from change_batches import read_with_every_reader
 from deltalake import DeltaTable, write_deltalake
 from faults import InjectedFault
-from pipeline import Pipeline
+from pipeline import PACE_S, Pipeline
 from test_schema_evolution import BASE, DDL_MIX, T, ddl, pipeline, source_rows, sql
 from test_schema_evolution_postgres import pipeline as pg_pipeline
 
@@ -463,7 +463,7 @@ def test_evolve_among_random_writers_is_exact(pipeline: Pipeline, mysql_server: 
     p.source = {"schema_change": {"behavior": "evolve"}}
     sql(mysql_server, database, "CREATE TABLE w (id INT PRIMARY KEY, v VARCHAR(40), n INT)",
         "INSERT INTO w VALUES " + ",".join(f"({i}, 'v{i}', {i})" for i in range(0, 600, 2)))
-    writer = DdlRandomWriter(mysql_server, database, "w", seed=23, key_space=600)
+    writer = DdlRandomWriter(mysql_server, database, "w", seed=23, key_space=600, pause_s=PACE_S)
     with writing(writer):
         wait_for_statements(writer, 30)
         p.run()  # the snapshot, under writes
@@ -528,7 +528,7 @@ def test_evolve_among_random_writers_just_before_a_sigkill_is_exact(pipeline: Pi
     sql(mysql_server, database, "CREATE TABLE w (id INT PRIMARY KEY, v VARCHAR(40), n INT)",
         "INSERT INTO w VALUES " + ",".join(f"({i}, 'v{i}', {i})" for i in range(0, 300, 2)))
     p.run()  # the snapshot, before any write: every change after it must flow
-    writer = DdlRandomWriter(mysql_server, database, "w", seed=29, key_space=250)  # rows 256-298 stay as read
+    writer = DdlRandomWriter(mysql_server, database, "w", seed=29, key_space=250, pause_s=PACE_S)  # rows 256-298 stay as read
     *steps, (last, last_columns) = MIX
     cuts = []
     with writing(writer):

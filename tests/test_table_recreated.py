@@ -27,6 +27,7 @@ import pyarrow as pa
 import pytest
 from faults import InjectedFault
 from pipeline import (
+    PACE_S,
     Pipeline,
     RandomWriter,
     _assert_log_exact,
@@ -375,7 +376,7 @@ def test_postgres_a_table_dropped_and_created_again_holds_each_key_once_in_the_m
     created = pg_position(p)
     with contextlib.closing(p.admin()) as conn:
         conn.execute("INSERT INTO t (id, v, n) SELECT i, 'new' || i, 2 FROM generate_series(0, 599) i")
-    writer = PgRandomWriter(p, "t", seed=41, key_space=900)
+    writer = PgRandomWriter(p, "t", seed=41, key_space=900, pause_s=PACE_S)
     with writing(writer):
         p.run()
     p.run()
