@@ -29,8 +29,9 @@ T = TypeVar("T", bound="JvmServer")
 # For a throwaway server that moves little data (the demo's brokers, the tests'): C1 only. C2 makes
 # its start dearer and keeps compiling while it idles. Kafka, Pulsar and Pravega started side by side
 # on 2 cores, then idle for a minute (2026-12-07): starts of 4.3, 9.9 and 6.9 CPU s against 6.6, 17.2
-# and 17.5 with both compilers; idle 1.5, 0.9 and 4.0 CPU s a minute against 1.9, 0.9 and 4.7. The
-# benchmarks' brokers keep both compilers.
+# and 17.5 with both compilers; idle 1.5, 0.9 and 4.0 CPU s a minute against 1.9, 0.9 and 4.7. Under
+# load C1 costs a little: the tests' MariaDB SIGKILL fan-out to all three took 340 CPU s against 323
+# (one run each). The benchmarks' brokers keep both compilers.
 LIGHT_SERVER_JVM_OPTIONS = ("-XX:TieredStopAtLevel=1",)
 
 
