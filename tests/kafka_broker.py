@@ -15,11 +15,12 @@ from dataclasses import dataclass
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
-from session_servers import SERVER_JVM_OPTIONS, SessionServer
+from session_servers import SessionServer
 
+from cdc.app.sandbox.jvm import LIGHT_SERVER_JVM_OPTIONS
 from cdc.app.sandbox.kafka import KafkaSandbox, start_kafka_sandbox
 
-_BROKER = SessionServer(functools.partial(start_kafka_sandbox, jvm_options=SERVER_JVM_OPTIONS))
+_BROKER = SessionServer(functools.partial(start_kafka_sandbox, jvm_options=LIGHT_SERVER_JVM_OPTIONS))
 shared_broker = _BROKER.get  # the session's broker, started on first use (also outside fixtures: SINK_KINDS)
 
 

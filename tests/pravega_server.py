@@ -17,11 +17,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from session_servers import SERVER_JVM_OPTIONS, SessionServer
+from session_servers import SessionServer
 
+from cdc.app.sandbox.jvm import LIGHT_SERVER_JVM_OPTIONS
 from cdc.app.sandbox.pravega import PravegaSandbox, read_events, start_pravega_sandbox
 
-_SERVER = SessionServer(functools.partial(start_pravega_sandbox, jvm_options=SERVER_JVM_OPTIONS))
+_SERVER = SessionServer(functools.partial(start_pravega_sandbox, jvm_options=LIGHT_SERVER_JVM_OPTIONS))
 shared_pravega = _SERVER.get  # the session's server, started on first use (also outside fixtures: SINK_KINDS)
 
 

@@ -13,11 +13,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-from session_servers import SERVER_JVM_OPTIONS, SessionServer
+from session_servers import SessionServer
 
+from cdc.app.sandbox.jvm import LIGHT_SERVER_JVM_OPTIONS
 from cdc.app.sandbox.pulsar import PulsarSandbox, read_messages, start_pulsar_sandbox
 
-_BROKER = SessionServer(functools.partial(start_pulsar_sandbox, jvm_options=SERVER_JVM_OPTIONS))
+_BROKER = SessionServer(functools.partial(start_pulsar_sandbox, jvm_options=LIGHT_SERVER_JVM_OPTIONS))
 shared_pulsar = _BROKER.get  # the session's broker, started on first use (also outside fixtures: SINK_KINDS)
 
 

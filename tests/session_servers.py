@@ -9,11 +9,6 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Generic, Protocol, TypeVar
 
-from cdc.app.sandbox.jvm import LIGHT_SERVER_JVM_OPTIONS
-
-# The session's stream-store servers serve small tests: they start light (C1 only), as the demo's do.
-SERVER_JVM_OPTIONS = LIGHT_SERVER_JVM_OPTIONS
-
 
 class Stoppable(Protocol):
     def stop(self) -> None: ...

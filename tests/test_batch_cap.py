@@ -13,12 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import random
-import signal
-import subprocess
-import sys
-import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -28,7 +23,7 @@ import pymysql
 import pytest
 from faults import InjectedFault
 from pipeline import Pipeline, RandomWriter, writing
-from test_pipeline import check_all, create_table, pipeline, wait_for_batches  # noqa: F401 (the fixture)
+from test_pipeline import check_all, create_table, kill_a_driver_at_random, pipeline  # noqa: F401 (the fixture)
 
 from binlog.mysql.config import MySqlSourceConfig
 from binlog.mysql.dialect import MySqlDialect
@@ -309,14 +304,8 @@ def test_driver_killed_during_capped_batches_is_exact(pipeline: Pipeline, admin:
     rng = random.Random(41)
     writer = RandomWriter(mysql_server, pipeline.database, "t", seed=19, pause_s=0.1)
     with writing(writer):
-        for _ in range(2):
-            driver = subprocess.Popen([sys.executable, str(Path(__file__).parent / "driver_process.py"), spec],
-                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                      start_new_session=True)
-            wait_for_batches(driver, rng.randint(2, 4))  # capped batches: the backlog is 20 caps
-            time.sleep(rng.uniform(0, 1.0))  # between capped batches, or inside one
-            os.killpg(driver.pid, signal.SIGKILL)
-            driver.wait(timeout=30)
+        for attempt in range(2):  # 2-4 capped batches (the backlog is 20 caps), then between two or inside one
+            kill_a_driver_at_random(spec, rng, pipeline.workdir / f"driver-{attempt}.err", batches=(2, 4), within_s=1.0)
     cuts = [o for o in offsets(pipeline) if o.get("cut")]
     assert len(cuts) >= 3, f"the killed drivers planned only {len(cuts)} capped batches"
     pipeline.source["max_batch_bytes"] = None  # the rest at once, after the batch a kill interrupted

@@ -11,13 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import random
 import re
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -47,7 +42,7 @@ from pipeline import (
 from pipeline_pg import PgPipeline, PgRandomWriter, assert_log_exact
 from postgres_server import pg_dialect
 from test_debezium_postgres import ANNE, CUSTOMERS, KEY_ONLY, change_row, col, pg_source
-from test_pipeline import KillServerAt, wait_for_batches
+from test_pipeline import KillServerAt, kill_a_driver_at_random
 
 from binlog.postgres.types import postgres_table
 from cdc.app.runner import JobFailed
@@ -243,19 +238,8 @@ def test_postgres_to_the_stream_stores_is_exact_in_each_across_driver_sigkills(
     rng = random.Random(17)
     writer = PgRandomWriter(pipeline, "t", seed=9, key_space=2000, pause_s=PACE_S)
     with writing(writer):
-        for attempt in range(3):
-            errors = pipeline.workdir / f"driver-{attempt}.err"
-            with open(errors, "w") as err:
-                driver = subprocess.Popen([sys.executable, str(Path(__file__).parent / "driver_process.py"), spec],
-                                          stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True)
-            try:
-                wait_for_batches(driver, rng.randint(1, 4))
-            except AssertionError:
-                os.killpg(driver.pid, signal.SIGKILL)
-                raise AssertionError(f"driver {attempt}: {errors.read_text()[-3000:]}") from None
-            time.sleep(rng.uniform(0, 1.5))  # land anywhere in a batch, the store's commit included
-            os.killpg(driver.pid, signal.SIGKILL)
-            driver.wait(timeout=30)
+        for attempt in range(3):  # land anywhere in a batch, the store's commit included
+            kill_a_driver_at_random(spec, rng, pipeline.workdir / f"driver-{attempt}.err")
     pipeline.run()
     for store in stores:
         _assert_store_exact(pipeline, store, prefix, writer)

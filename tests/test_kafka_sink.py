@@ -24,9 +24,9 @@ import pytest
 from change_batches import SINGLE_KEY, batch, event, row
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka_broker import Record, read_topic
-from session_servers import SERVER_JVM_OPTIONS
 
 from binlog.mysql.types import mysql_column, mysql_table
+from cdc.app.sandbox.jvm import LIGHT_SERVER_JVM_OPTIONS
 from cdc.app.sandbox.kafka import KafkaSandbox
 from cdc.app.sandbox.mysql import free_port
 from cdc.model.debezium.codec import decode_changelog, decode_key, decode_value, encode_value
@@ -297,7 +297,7 @@ def test_a_message_the_topic_refuses_names_topic_and_setting(kafka_broker: Kafka
 
 @pytest.fixture
 def own_broker() -> Iterator[KafkaSandbox]:
-    box = KafkaSandbox(jvm_options=SERVER_JVM_OPTIONS).start()
+    box = KafkaSandbox(jvm_options=LIGHT_SERVER_JVM_OPTIONS).start()
     try:
         yield box
     finally:

@@ -277,15 +277,8 @@ def test_delta_mirrors_of_each_kind_fanned_out_to_are_each_exact_across_driver_s
     kills = 0
     writer = RandomWriter(mysql_server, pipeline.database, "t", seed=5, pause_s=PACE_S)
     with writing(writer):
-        for _ in range(3):
-            driver = subprocess.Popen([sys.executable, str(Path(__file__).parent / "driver_process.py"), spec],
-                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                      start_new_session=True)
-            assert driver.stdout is not None
-            wait_for_batches(driver, rng.randint(1, 4))
-            time.sleep(rng.uniform(0, 1.5))  # land anywhere in a batch: planning, tasks, commits
-            os.killpg(driver.pid, signal.SIGKILL)  # the driver, its JVM and Python workers at once
-            driver.wait(timeout=30)
+        for attempt in range(3):  # land anywhere in a batch: planning, tasks, one lake's commit or the next's
+            kill_a_driver_at_random(spec, rng, pipeline.workdir / f"driver-{attempt}.err")
             kills += 1
     pipeline.run()  # restart from the checkpoint and catch up
     assert kills == 3
@@ -295,6 +288,26 @@ def test_delta_mirrors_of_each_kind_fanned_out_to_are_each_exact_across_driver_s
         check_all(pipeline)
         assert_maintained(pipeline, "t")
         assert_deletion_vectors_used(pipeline, "t")
+
+
+def kill_a_driver_at_random(spec: str, rng: random.Random, errors: Path, batches: tuple[int, int] = (1, 4),
+                            within_s: float = 1.5) -> None:
+    """Start a driver process of the job ``spec`` (tests/driver_process.py), wait until it has
+    committed a random number of batches (``batches``: the inclusive range), let it run on for up to
+    ``within_s``, then SIGKILL it with its JVM and Python workers at once. Its stderr goes to
+    ``errors``; a driver that makes no progress fails the test with that file's tail."""
+    with open(errors, "w") as err:
+        driver = subprocess.Popen([sys.executable, str(Path(__file__).parent / "driver_process.py"), spec],
+                                  stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True)
+    try:
+        wait_for_batches(driver, rng.randint(*batches))
+    except AssertionError:
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait(timeout=30)
+        raise AssertionError(f"{errors.name}: {errors.read_text()[-3000:]}") from None
+    time.sleep(rng.uniform(0, within_s))
+    os.killpg(driver.pid, signal.SIGKILL)
+    driver.wait(timeout=30)
 
 
 def wait_for_batches(driver: subprocess.Popen[str], n: int, timeout: float = 300.0) -> None:
@@ -469,15 +482,8 @@ def test_stream_stores_fanned_out_to_are_each_exact_across_driver_sigkills(
     rng = random.Random(13)
     writer = RandomWriter(mysql_server, stream_pipeline.database, "t", seed=8, pause_s=PACE_S)
     with writing(writer):
-        for _ in range(3):
-            driver = subprocess.Popen([sys.executable, str(Path(__file__).parent / "driver_process.py"), spec],
-                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                      start_new_session=True)
-            assert driver.stdout is not None
-            wait_for_batches(driver, rng.randint(1, 4))
-            time.sleep(rng.uniform(0, 1.5))  # land anywhere in a batch, a store's commit included
-            os.killpg(driver.pid, signal.SIGKILL)
-            driver.wait(timeout=30)
+        for attempt in range(3):  # land anywhere in a batch, a store's commit included
+            kill_a_driver_at_random(spec, rng, stream_pipeline.workdir / f"driver-{attempt}.err")
     stream_pipeline.run()
     for store in stores:
         store.assert_exact(stream_pipeline, prefix)

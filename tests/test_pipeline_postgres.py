@@ -11,11 +11,7 @@ import contextlib
 import datetime as dt
 import itertools
 import json
-import os
 import random
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +26,7 @@ from pipeline_pg import (
     assert_changelog_exact,
     assert_mirror_equals_source,
 )
-from test_pipeline import wait_for_batches
+from test_pipeline import kill_a_driver_at_random
 
 from binlog.postgres.positions import LsnOffset
 from binlog.registry import create_dialect
@@ -307,20 +303,8 @@ def test_driver_killed_at_random_moments_is_exact(capped: bool, pipeline: PgPipe
     # each): a tenth of the pace still fills each batch of the kill rounds past the cap.
     writer = PgRandomWriter(pipeline, "t", seed=5, pause_s=10 * PACE_S if capped else PACE_S)
     with writing(writer):  # type: ignore[arg-type]
-        for attempt in range(3):
-            errors = pipeline.workdir / f"driver-{attempt}.err"
-            with open(errors, "w") as err:
-                driver = subprocess.Popen([sys.executable, str(Path(__file__).parent / "driver_process.py"), spec],
-                                          stdout=subprocess.PIPE, stderr=err, text=True, start_new_session=True)
-            assert driver.stdout is not None
-            try:
-                wait_for_batches(driver, rng.randint(1, 4), timeout=300)  # a driver starts slowly on a busy machine
-            except AssertionError:
-                os.killpg(driver.pid, signal.SIGKILL)
-                raise AssertionError(f"driver {attempt}: {errors.read_text()[-3000:]}") from None
-            time.sleep(rng.uniform(0, 1.5))  # land anywhere in a batch: planning, tasks, commits
-            os.killpg(driver.pid, signal.SIGKILL)
-            driver.wait(timeout=30)
+        for attempt in range(3):  # land anywhere in a batch: planning, tasks, commits
+            kill_a_driver_at_random(spec, rng, pipeline.workdir / f"driver-{attempt}.err")
             kills += 1
     pipeline.run()
     assert kills == 3
